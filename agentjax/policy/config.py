@@ -1,0 +1,121 @@
+"""Model configuration: a small frozen dataclass; derived values are properties."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import jax.numpy as jnp
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+class ValueHead(str, enum.Enum):
+    NONE = "none"  # no critic (GRPO family)
+    SHARED = "shared"  # a linear value head on the policy trunk
+    SEPARATE = "separate"  # a separate small critic model (params["critic"])
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the field and the allowed values."""
+
+
+def _check_choice(field: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {sorted(allowed)}")
+
+
+def _check_positive(field: str, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{field}={value!r} is invalid; must be a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer of the Llama/Qwen family (RMSNorm, RoPE, SwiGLU, GQA).
+
+    ``exact_tile`` selects the batch-invariant kernels (0 = standard XLA kernels): every row-wise
+    op runs over the flattened rows in fixed tiles of exactly this many rows, and attention runs
+    per query row against a key buffer of exactly ``max_seq_len`` slots. The sampler and the
+    learner then produce bitwise-equal log-probs (see docs/consistency.md). It is a kernel choice
+    made once per model, not a mode: both sides always run the same kernels.
+    """
+
+    vocab_size: int = 64
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 32
+    d_ff: int = 512
+    max_seq_len: int = 128
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    tie_embeddings: bool = True
+    qkv_bias: bool = False  # Qwen2
+    qk_norm: bool = False  # Qwen3
+    n_experts: int = 0  # 0 = dense feed-forward
+    n_experts_per_token: int = 2
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"
+    head_dtype: str = "float32"  # LM head (float32 head with bf16 body: the MiniMax-M1 lesson)
+    value_head: str = "none"
+    critic_layers: int = 1  # layers of the separate critic (value_head="separate")
+    exact_tile: int = 0
+    init_scale: float = 0.02
+
+    def __post_init__(self):
+        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+                  "d_ff", "max_seq_len", "critic_layers"):
+            _check_positive(f, getattr(self, f))
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        for f in ("param_dtype", "compute_dtype", "head_dtype"):
+            _check_choice(f, getattr(self, f), _DTYPES)
+        _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
+        if self.n_experts < 0:
+            raise ConfigError(f"n_experts={self.n_experts} is invalid; must be >= 0 (0 = dense)")
+        if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:
+            raise ConfigError(
+                f"n_experts_per_token={self.n_experts_per_token} is invalid; "
+                f"allowed: 1..n_experts={self.n_experts}"
+            )
+        if self.exact_tile < 0:
+            raise ConfigError(f"exact_tile={self.exact_tile} is invalid; 0 (off) or a tile size > 0")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def exact(self) -> bool:
+        return self.exact_tile > 0
+
+    @property
+    def q_per_kv(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def pdtype(self):
+        return _DTYPES[self.param_dtype]
+
+    @property
+    def cdtype(self):
+        return _DTYPES[self.compute_dtype]
+
+    @property
+    def hdtype(self):
+        return _DTYPES[self.head_dtype]
+
+    def replace(self, **kw) -> ModelConfig:
+        return dataclasses.replace(self, **kw)
+
+    @classmethod
+    def from_dict(cls, d) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown model config fields {unknown}; allowed fields: {sorted(names)}")
+        return cls(**dict(d))

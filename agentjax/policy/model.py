@@ -1,0 +1,255 @@
+"""The policy model: ``init_params``, ``forward``, ``init_cache`` and logical axis names.
+
+    logits, cache, aux = forward(params, tokens, positions, *, config, cache=None, routes=None)
+
+"Mode" is only whether ``cache`` is None. With a cache, keys and values are written at slot ==
+position and each query attends to slots ``<= its position`` (prefill and decode are the same
+call). ``routes`` ([B, T, layers, k]) forces MoE expert choices (Rollout Routing Replay);
+``aux["routes"]`` reports the choices made. Parameters are a plain pytree (dict of arrays) with
+layers stacked on a leading axis and scanned.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from agentjax.policy import layers as L
+from agentjax.policy.config import ModelConfig, ValueHead
+
+
+def _layer_shapes(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
+    n, d, h, kv, hd = c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim
+    s = {
+        "attn_norm": ((n, d), ("layers", "norm")),
+        "wq": ((n, d, h * hd), ("layers", "embed", "heads")),
+        "wk": ((n, d, kv * hd), ("layers", "embed", "kv_heads")),
+        "wv": ((n, d, kv * hd), ("layers", "embed", "kv_heads")),
+        "wo": ((n, h * hd, d), ("layers", "heads", "embed")),
+        "mlp_norm": ((n, d), ("layers", "norm")),
+    }
+    if c.qkv_bias:
+        s["bq"] = ((n, h * hd), ("layers", "heads"))
+        s["bk"] = ((n, kv * hd), ("layers", "kv_heads"))
+        s["bv"] = ((n, kv * hd), ("layers", "kv_heads"))
+    if c.qk_norm:
+        s["q_norm"] = ((n, hd), ("layers", "head_dim"))
+        s["k_norm"] = ((n, hd), ("layers", "head_dim"))
+    if c.is_moe:
+        e, f = c.n_experts, c.d_ff
+        s["router"] = ((n, d, e), ("layers", "embed", None))
+        s["w_gate"] = ((n, e, d, f), ("layers", "experts", "embed", "mlp"))
+        s["w_up"] = ((n, e, d, f), ("layers", "experts", "embed", "mlp"))
+        s["w_down"] = ((n, e, f, d), ("layers", "experts", "mlp", "embed"))
+    else:
+        s["w_gate"] = ((n, d, c.d_ff), ("layers", "embed", "mlp"))
+        s["w_up"] = ((n, d, c.d_ff), ("layers", "embed", "mlp"))
+        s["w_down"] = ((n, c.d_ff, d), ("layers", "mlp", "embed"))
+    return s
+
+
+def _trunk_shapes(c: ModelConfig, with_lm_head: bool):
+    s = {
+        "embed": ((c.vocab_size, c.d_model), ("vocab", "embed")),
+        "layers": _layer_shapes(c),
+        "final_norm": ((c.d_model,), ("norm",)),
+    }
+    if with_lm_head and not c.tie_embeddings:
+        s["lm_head"] = ((c.d_model, c.vocab_size), ("embed", "vocab"))
+    return s
+
+
+def critic_config(c: ModelConfig) -> ModelConfig:
+    """The separate critic: the policy's shapes with ``critic_layers`` dense layers."""
+    return c.replace(n_layers=c.critic_layers, n_experts=0, value_head="none", tie_embeddings=True)
+
+
+def param_spec(c: ModelConfig):
+    """Nested dict of ``(shape, logical_axes)`` leaves describing every parameter."""
+    s = _trunk_shapes(c, with_lm_head=True)
+    value = {"w": ((c.d_model,), ("embed",)), "b": ((), ())}
+    if c.value_head == ValueHead.SHARED:
+        s["value_head"] = value
+    elif c.value_head == ValueHead.SEPARATE:
+        s["critic"] = dict(_trunk_shapes(critic_config(c), with_lm_head=False), value_head=value)
+    return s
+
+
+def _is_leaf(x):
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
+
+
+def logical_axes(c: ModelConfig):
+    """Pytree (same structure as params) of logical axis-name tuples."""
+    return jax.tree.map(lambda leaf: leaf[1], param_spec(c), is_leaf=_is_leaf)
+
+
+def axes_of(params):
+    """Logical axes for a params pytree, read from its structure (no config needed)."""
+    lay = params["layers"]
+    flags = ModelConfig(
+        tie_embeddings="lm_head" not in params,
+        qkv_bias="bq" in lay,
+        qk_norm="q_norm" in lay,
+        n_experts=2 if "router" in lay else 0,
+        value_head="shared" if "value_head" in params else
+        "separate" if "critic" in params else "none",
+    )
+    return logical_axes(flags)
+
+
+def abstract_params(c: ModelConfig):
+    """``jax.ShapeDtypeStruct`` pytree of the parameters (no memory; for AOT compilation)."""
+    return jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf[0], c.pdtype), param_spec(c), is_leaf=_is_leaf
+    )
+
+
+def init_params(config: ModelConfig, rng: jax.Array):
+    """Random initial parameters: norms at 1, biases at 0, matrices ~ N(0, init_scale^2)."""
+    spec = param_spec(config)
+    flat, treedef = jax.tree.flatten_with_path(spec, is_leaf=_is_leaf)
+    keys = jax.random.split(rng, len(flat))
+    out = []
+    for (path, (shape, _)), key in zip(flat, keys, strict=True):
+        name = path[-1].key
+        if "norm" in name:
+            out.append(jnp.ones(shape, config.pdtype))
+        elif name in ("b", "bq", "bk", "bv"):
+            out.append(jnp.zeros(shape, config.pdtype))
+        else:
+            out.append((config.init_scale * jax.random.normal(key, shape)).astype(config.pdtype))
+    return jax.tree.unflatten(treedef, out)
+
+
+def init_cache(config: ModelConfig, batch: int, max_len: int | None = None):
+    """An empty KV cache: ``{"k", "v"}`` of shape [layers, batch, max_len, kv_heads, head_dim]."""
+    max_len = config.max_seq_len if max_len is None else max_len
+    if config.exact and max_len != config.max_seq_len:
+        raise ValueError(
+            f"exact mode attends over exactly max_seq_len={config.max_seq_len} slots; "
+            f"init_cache got max_len={max_len}"
+        )
+    shape = (config.n_layers, batch, max_len, config.n_kv_heads, config.head_dim)
+    return {"k": jnp.zeros(shape, config.cdtype), "v": jnp.zeros(shape, config.cdtype)}
+
+
+def _qkv(c: ModelConfig, p, x, pos):
+    """Row-wise: pre-norm, q/k/v projections, optional bias and q/k norm, RoPE."""
+    dt = x.dtype
+    a = L.rms_norm(x, p["attn_norm"], c.norm_eps)
+    q, k, v = (a @ p[w].astype(dt) for w in ("wq", "wk", "wv"))
+    if c.qkv_bias:
+        q, k, v = q + p["bq"].astype(dt), k + p["bk"].astype(dt), v + p["bv"].astype(dt)
+    n = x.shape[0]
+    q = q.reshape(n, c.n_heads, c.head_dim)
+    k = k.reshape(n, c.n_kv_heads, c.head_dim)
+    v = v.reshape(n, c.n_kv_heads, c.head_dim)
+    if c.qk_norm:
+        q, k = L.rms_norm(q, p["q_norm"], c.norm_eps), L.rms_norm(k, p["k_norm"], c.norm_eps)
+    return L.rope(q, pos, c.rope_theta), L.rope(k, pos, c.rope_theta), v
+
+
+def _post_attention(c: ModelConfig, p, x, o, forced):
+    """Row-wise: output projection, residual, pre-norm feed-forward (dense or MoE), residual."""
+    dt = x.dtype
+    x = x + o.reshape(x.shape[0], -1) @ p["wo"].astype(dt)
+    m = L.rms_norm(x, p["mlp_norm"], c.norm_eps)
+    if not c.is_moe:
+        return x + L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"]), None, None
+    y, chosen, probs = L.moe(m, p, c.n_experts_per_token, forced)
+    return x + y, chosen, probs
+
+
+def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
+    """Embeddings and the scanned layers; returns final-normed rows [N, D], the cache and stats."""
+    b, t = tokens.shape
+    n, tile = b * t, c.exact_tile
+    pos_rows = positions.reshape(n).astype(jnp.int32)
+    batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
+    x = tp["embed"][tokens.reshape(n)].astype(c.cdtype)
+    forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
+
+    def layer(x, xs):
+        p, ck, cv, forced = xs
+        q, k, v = L.rowwise(lambda x_, pos_: _qkv(c, p, x_, pos_), tile, x, pos_rows)
+        if cache is None and not c.exact:
+            o = L.attention_standard(
+                q.reshape(b, t, *q.shape[1:]), k.reshape(b, t, *k.shape[1:]),
+                v.reshape(b, t, *v.shape[1:]), positions, positions, jnp.ones((b, t), bool),
+            ).reshape(q.shape)
+            new_k = new_v = None
+        else:
+            if ck is None:  # exact mode without a cache: a fresh buffer of exactly L slots
+                ck = jnp.zeros((b, c.max_seq_len, c.n_kv_heads, c.head_dim), k.dtype)
+                cv = jnp.zeros_like(ck)
+            kbuf = ck.at[batch_rows, pos_rows].set(k, mode="drop")
+            vbuf = cv.at[batch_rows, pos_rows].set(v, mode="drop")
+            if c.exact:
+                o = L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, tile)
+            else:
+                s = kbuf.shape[1]
+                slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+                o = L.attention_standard(
+                    q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots,
+                    jnp.ones((b, s), bool),
+                ).reshape(q.shape)
+            new_k, new_v = (kbuf, vbuf) if cache is not None else (None, None)
+        post = lambda x_, o_, f_: _post_attention(c, p, x_, o_, f_)
+        if forced is None:
+            x, chosen, probs = L.rowwise(lambda x_, o_: post(x_, o_, None), tile, x, o)
+        else:
+            x, chosen, probs = L.rowwise(post, tile, x, o, forced)
+        return x, (new_k, new_v, chosen, probs)
+
+    ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
+    x, (nk, nv, chosen, probs) = jax.lax.scan(layer, x, (tp["layers"], ck, cv, forced_all))
+    x = L.rowwise(lambda x_: L.rms_norm(x_, tp["final_norm"], c.norm_eps), tile, x)
+    new_cache = None if cache is None else {"k": nk, "v": nv}
+    return x, new_cache, chosen, probs
+
+
+def _moe_aux(c: ModelConfig, chosen, probs, b, t):
+    """Routes [B, T, layers, k], per-layer expert load and the Switch load-balancing loss."""
+    onehot = jax.nn.one_hot(chosen, c.n_experts, dtype=jnp.float32)  # [layers, N, k, E]
+    load = jnp.mean(jnp.sum(onehot, axis=2), axis=1) / c.n_experts_per_token  # [layers, E]
+    importance = jnp.mean(probs, axis=1)  # [layers, E]
+    return {
+        "routes": chosen.swapaxes(0, 1).reshape(b, t, c.n_layers, c.n_experts_per_token),
+        "router_load": load,
+        "router_lb_loss": c.n_experts * jnp.mean(jnp.sum(load * importance, axis=-1)),
+    }
+
+
+def _value(x, vp):
+    return x.astype(jnp.float32) @ vp["w"].astype(jnp.float32) + vp["b"].astype(jnp.float32)
+
+
+def forward(params, tokens, positions, *, config: ModelConfig, cache=None, routes=None):
+    """Logits [B, T, V] (head dtype), the updated cache (None without one) and aux metrics."""
+    c = config
+    b, t = tokens.shape
+    if positions.shape != tokens.shape:
+        raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
+    if routes is not None and not c.is_moe:
+        raise ValueError("routes were given but the model has no experts (n_experts=0)")
+    x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes)
+    head = params["embed"].T if c.tie_embeddings else params["lm_head"]
+    logits = L.rowwise(lambda x_: x_.astype(c.hdtype) @ head.astype(c.hdtype), c.exact_tile, x)
+    aux = {}
+    if c.is_moe:
+        aux.update(_moe_aux(c, chosen, probs, b, t))
+    if c.value_head == ValueHead.SHARED:
+        aux["values"] = _value(x, params["value_head"]).reshape(b, t)
+    return logits.reshape(b, t, -1), new_cache, aux
+
+
+def critic_values(params, tokens, positions, *, config: ModelConfig):
+    """Values [B, T] from the separate critic (value_head="separate") or the shared head."""
+    if config.value_head == ValueHead.SHARED:
+        return forward(params, tokens, positions, config=config)[2]["values"]
+    if config.value_head != ValueHead.SEPARATE:
+        raise ValueError("critic_values needs value_head 'shared' or 'separate'; got 'none'")
+    cc = critic_config(config)
+    x, _, _, _ = _trunk(cc, params["critic"], tokens, positions, None, None)
+    return _value(x, params["critic"]["value_head"]).reshape(tokens.shape)

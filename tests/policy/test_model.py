@@ -1,0 +1,177 @@
+"""Policy model: shapes, dtypes, KV-cache decode vs full forward, MoE routes and replay, configs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agentjax.policy import ConfigError, ModelConfig, forward, init_cache, init_params
+from agentjax.policy.model import axes_of, critic_values, logical_axes
+from agentjax.testing.models import tiny_dense, tiny_moe
+
+B, T = 3, 12
+
+
+def _inputs(cfg, seed=1):
+    tok = jax.random.randint(jax.random.key(seed), (B, T), 0, cfg.vocab_size)
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    return tok, pos
+
+
+def _decode_all(params, cfg, tok, pos, prefill):
+    """Prefill ``prefill`` tokens, then decode the rest one token at a time through the cache."""
+    fwd = jax.jit(lambda p, t, q, c: forward(p, t, q, config=cfg, cache=c))
+    cache = init_cache(cfg, B, cfg.max_seq_len)
+    logits, cache, aux = fwd(params, tok[:, :prefill], pos[:, :prefill], cache)
+    outs, routes = [logits], [aux.get("routes")]
+    for i in range(prefill, T):
+        logits, cache, aux = fwd(params, tok[:, i : i + 1], pos[:, i : i + 1], cache)
+        outs.append(logits)
+        routes.append(aux.get("routes"))
+    r = None if routes[0] is None else jnp.concatenate(routes, 1)
+    return jnp.concatenate(outs, 1), r
+
+
+CONFIGS = {
+    "dense": tiny_dense(),
+    "dense_qwen": tiny_dense(qkv_bias=True, qk_norm=True, tie_embeddings=False),
+    "moe": tiny_moe(),
+    "dense_exact": tiny_dense(exact_tile=4),
+    "moe_exact": tiny_moe(exact_tile=4),
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def setup(request):
+    cfg = CONFIGS[request.param]
+    params = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    full = jax.jit(lambda p, t, q: forward(p, t, q, config=cfg))(params, tok, pos)
+    return cfg, params, tok, pos, full
+
+
+def test_shapes_and_dtypes(setup):
+    cfg, params, tok, pos, (logits, cache, aux) = setup
+    assert logits.shape == (B, T, cfg.vocab_size)
+    assert logits.dtype == jnp.float32
+    assert cache is None
+    assert bool(jnp.all(jnp.isfinite(logits)))
+    if cfg.is_moe:
+        assert aux["routes"].shape == (B, T, cfg.n_layers, cfg.n_experts_per_token)
+        assert aux["routes"].dtype == jnp.int32
+        np.testing.assert_allclose(np.asarray(aux["router_load"]).sum(-1), 1.0, rtol=1e-5)
+        assert float(aux["router_lb_loss"]) > 0
+    else:
+        assert "routes" not in aux
+
+
+def test_kv_cache_decode_matches_full_forward(setup):
+    cfg, params, tok, pos, (logits, _, aux) = setup
+    dec, routes = _decode_all(params, cfg, tok, pos, prefill=5)
+    if cfg.exact:
+        # Exact mode: the same kernels on every path, so bitwise equal.
+        np.testing.assert_array_equal(np.asarray(dec), np.asarray(logits))
+    else:
+        np.testing.assert_allclose(np.asarray(dec), np.asarray(logits), atol=2e-5, rtol=0)
+    if cfg.is_moe and cfg.exact:
+        np.testing.assert_array_equal(np.asarray(routes), np.asarray(aux["routes"]))
+
+
+def test_moe_replay_reproduces_logits(setup):
+    cfg, params, tok, pos, (logits, _, aux) = setup
+    if not cfg.is_moe:
+        pytest.skip("dense model has no routes")
+    replay, _, aux2 = forward(params, tok, pos, config=cfg, routes=aux["routes"])
+    if cfg.exact:
+        np.testing.assert_array_equal(np.asarray(replay), np.asarray(logits))
+    else:  # jit vs eager: same routes, reduction order may differ by an ulp
+        np.testing.assert_allclose(np.asarray(replay), np.asarray(logits), atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(np.asarray(aux2["routes"]), np.asarray(aux["routes"]))
+    # Forcing different experts changes the output: routes really are used.
+    other = (aux["routes"] + 1) % cfg.n_experts
+    changed, _, aux3 = forward(params, tok, pos, config=cfg, routes=other)
+    np.testing.assert_array_equal(np.asarray(aux3["routes"]), np.asarray(other))
+    assert float(jnp.max(jnp.abs(changed - logits))) > 1e-6
+
+
+def test_ragged_right_padding_does_not_change_real_tokens():
+    cfg = tiny_dense()
+    params = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    full, _, _ = forward(params, tok, pos, config=cfg)
+    junk = tok.at[:, 7:].set(3)
+    padded, _, _ = forward(params, junk, pos, config=cfg)
+    np.testing.assert_allclose(np.asarray(padded[:, :7]), np.asarray(full[:, :7]), atol=1e-6)
+
+
+def test_dtypes_bf16_body_f32_head():
+    cfg = tiny_dense(param_dtype="bfloat16", compute_dtype="bfloat16", head_dtype="float32")
+    params = init_params(cfg, jax.random.key(0))
+    assert params["layers"]["wq"].dtype == jnp.bfloat16
+    tok, pos = _inputs(cfg)
+    logits, _, _ = forward(params, tok, pos, config=cfg)
+    assert logits.dtype == jnp.float32
+    cache = init_cache(cfg, B)
+    assert cache["k"].dtype == jnp.bfloat16
+    cfg16 = cfg.replace(head_dtype="bfloat16")
+    assert forward(params, tok, pos, config=cfg16)[0].dtype == jnp.bfloat16
+
+
+def test_value_heads():
+    shared = tiny_dense(value_head="shared")
+    p = init_params(shared, jax.random.key(0))
+    tok, pos = _inputs(shared)
+    _, _, aux = forward(p, tok, pos, config=shared)
+    assert aux["values"].shape == (B, T)
+    np.testing.assert_array_equal(
+        np.asarray(critic_values(p, tok, pos, config=shared)), np.asarray(aux["values"])
+    )
+    sep = tiny_dense(value_head="separate", critic_layers=1)
+    p = init_params(sep, jax.random.key(0))
+    assert p["critic"]["layers"]["wq"].shape[0] == 1
+    v = critic_values(p, tok, pos, config=sep)
+    assert v.shape == (B, T) and bool(jnp.all(jnp.isfinite(v)))
+    with pytest.raises(ValueError, match="value_head"):
+        critic_values(p, tok, pos, config=tiny_dense())
+
+
+def test_axes_of_matches_config_axes():
+    for cfg in CONFIGS.values():
+        p = jax.eval_shape(lambda c=cfg: init_params(c, jax.random.key(0)))
+        assert axes_of(p) == logical_axes(cfg)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("compute_dtype", "float8", "compute_dtype"),
+        ("value_head", "critic", "value_head"),
+        ("n_kv_heads", 3, "n_kv_heads"),
+        ("d_model", 0, "d_model"),
+        ("n_experts_per_token", 9, "n_experts_per_token"),
+    ],
+)
+def test_bad_config_names_field(field, value, match):
+    kw = {field: value}
+    if field == "n_experts_per_token":
+        kw["n_experts"] = 4
+    with pytest.raises(ConfigError, match=match):
+        ModelConfig(**kw)
+
+
+def test_from_dict_rejects_unknown_field():
+    with pytest.raises(ConfigError, match="d_modle"):
+        ModelConfig.from_dict({"d_modle": 3})
+
+
+def test_exact_cache_length_must_match():
+    with pytest.raises(ValueError, match="max_seq_len"):
+        init_cache(tiny_dense(exact_tile=4), 2, 16)
+
+
+def test_routes_on_dense_model_rejected():
+    cfg = tiny_dense()
+    p = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    with pytest.raises(ValueError, match="no experts"):
+        forward(p, tok, pos, config=cfg, routes=jnp.zeros((B, T, 2, 2), jnp.int32))
