@@ -41,7 +41,7 @@ class Turn:
     logp_raw: np.ndarray  # float32 [A]: log-prob at temperature 1, no truncation
     version: np.ndarray  # int32 [A]: policy version that produced each token
     observation: np.ndarray  # int32 [O]: tokens appended by the environment (never trained on)
-    routes: np.ndarray | None = None  # int32 [A, layers, k]: MoE experts chosen at sampling
+    routes: np.ndarray | None = None  # int32 [C + A, layers, k]: MoE experts used at sampling
     pauses: tuple[int, ...] = ()  # action offsets where sampling paused and later resumed
 
 
@@ -93,32 +93,32 @@ class Row:
     routes: np.ndarray | None  # int32 [T, layers, k] or None
 
 
-def _row(context: np.ndarray, turns: list[Turn], with_last_obs: bool) -> Row:
-    parts, mask, logp, raw, ver, routes = [context], [np.zeros(context.size)], [], [], [], []
+def _row(context: np.ndarray, turns: list[Turn]) -> Row:
+    """One row: ``context`` + every turn's action and (except the last's) observation."""
+    parts, mask, logp, raw, ver = [context], [np.zeros(context.size)], [], [], []
     logp.append(np.zeros(context.size))
     raw.append(np.zeros(context.size))
     ver.append(np.full(context.size, -1))
-    has_routes = all(t.routes is not None for t in turns)
-    if has_routes:
-        r0 = turns[0].routes
-        routes.append(np.zeros((context.size, *r0.shape[1:]), np.int32))
     for i, t in enumerate(turns):
-        obs = t.observation if (i < len(turns) - 1 or with_last_obs) else t.observation[:0]
+        obs = t.observation if i < len(turns) - 1 else t.observation[:0]
         parts += [t.action, obs]
         mask += [np.ones(t.action.size), np.zeros(obs.size)]
         logp += [t.logp, np.zeros(obs.size)]
         raw += [t.logp_raw, np.zeros(obs.size)]
         ver += [t.version, np.full(obs.size, -1)]
-        if has_routes:
-            routes += [t.routes, np.zeros((obs.size, *t.routes.shape[1:]), np.int32)]
     cat = lambda xs, dt: np.concatenate(xs).astype(dt)
+    tokens = cat(parts, np.int32)
+    # The last turn's routes cover its context + action, which is the whole row.
+    routes = turns[-1].routes
+    if routes is not None and routes.shape[0] != tokens.size:
+        raise ValueError(f"routes cover {routes.shape[0]} positions, the row has {tokens.size}")
     return Row(
-        tokens=cat(parts, np.int32),
+        tokens=tokens,
         loss_mask=cat(mask, np.float32),
         logp=cat(logp, np.float32),
         logp_raw=cat(raw, np.float32),
         version=cat(ver, np.int32),
-        routes=cat(routes, np.int32) if has_routes else None,
+        routes=None if routes is None else routes.astype(np.int32),
     )
 
 
@@ -127,5 +127,5 @@ def to_rows(traj: Trajectory) -> list[Row]:
     if not traj.turns:
         return []
     if traj.is_keep_all():
-        return [_row(traj.turns[0].context, traj.turns, with_last_obs=False)]
-    return [_row(t.context, [t], with_last_obs=False) for t in traj.turns]
+        return [_row(traj.turns[0].context, traj.turns)]
+    return [_row(t.context, [t]) for t in traj.turns]

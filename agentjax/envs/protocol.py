@@ -62,9 +62,14 @@ REWARD_TREATMENT: dict[Label, RewardRule] = {
     Label.AGENT_TIMEOUT: RewardRule(Treatment.ZERO, 0.0, False, "the agent's own loop or sleep"),
     Label.AGENT_OOM: RewardRule(Treatment.ZERO, 0.0, False, "the agent's own memory blow-up"),
     Label.AGENT_CPU: RewardRule(Treatment.ZERO, 0.0, False, "the agent exhausted its CPU limit"),
-    Label.AGENT_ERROR: RewardRule(Treatment.ZERO, 0.0, False, "malformed action or crash caused by the agent"),
+    Label.AGENT_ERROR: RewardRule(
+        Treatment.ZERO, 0.0, False, "malformed action or crash caused by the agent"
+    ),
     Label.INFRA_FAULT: RewardRule(
-        Treatment.MASK_AND_RETRY, None, True, "not the agent's doing: a zero would teach the opposite of the truth"
+        Treatment.MASK_AND_RETRY,
+        None,
+        True,
+        "not the agent's doing: a zero would teach the opposite of the truth",
     ),
 }
 

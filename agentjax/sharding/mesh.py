@@ -23,11 +23,11 @@ def make_mesh(shape: Mapping[str, int], devices: Sequence[jax.Device] | None = N
         raise ValueError(f"unknown mesh axes {unknown}; allowed: {list(MESH_AXES)}")
     sizes = [int(shape.get(a, 1)) for a in MESH_AXES]
     if any(s < 1 for s in sizes):
-        raise ValueError(f"mesh axis sizes must be >= 1, got {dict(zip(MESH_AXES, sizes))}")
+        raise ValueError(f"mesh axis sizes must be >= 1, got {dict(zip(MESH_AXES, sizes, strict=True))}")
     devices = list(jax.devices() if devices is None else devices)
     if math.prod(sizes) != len(devices):
         raise ValueError(
-            f"mesh shape {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
+            f"mesh shape {dict(zip(MESH_AXES, sizes, strict=True))} needs {math.prod(sizes)} devices, "
             f"got {len(devices)}"
         )
     return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
