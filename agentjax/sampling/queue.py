@@ -1,0 +1,103 @@
+"""The rollout-worker interface and the consumption rules of the completed-trajectory queue.
+
+A rollout is driven in *rounds*: the scheduler hands a worker a :class:`WorkItem` (task, policy
+version, per-round token budget, per-task caps, resume semantics and the resumable state of a
+paused rollout) and gets back a :class:`RoundResult` (the new resumable state, the trajectory so
+far, why the round stopped and how long it took). The scheduler never looks inside the state:
+the simulated worker keeps positions and tokens, the real sampler will keep its KV cache.
+
+Consumption order by mode:
+
+* ``async``: completed trajectories in completion order (greedy; fast tasks first).
+* ``windowed_fifo(W)``: only completed trajectories whose submission index lies in
+  ``[head, head + W)`` are consumable, in submission order; ``head`` is the oldest unresolved
+  submission, so the window advances as its head is consumed (MiniMax Forge, M2 report s6.2.4).
+  ``W = 1`` is strict FIFO; ``W -> inf`` is greedy.
+* ``sync``: everything completed in the round, at the barrier, in submission order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from agentjax.trajectory import StopReason, Trajectory
+
+MODES = ("sync", "async", "windowed_fifo")
+RESUME = ("recompute", "keep")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskCaps:
+    """Per-task caps: hitting one ends the episode with ``StopReason.TASK_CAP`` (agent failed)."""
+
+    max_tokens: int | None = None  # action tokens over the whole episode
+    max_tool_calls: int | None = None  # environment steps over the whole episode
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkItem:
+    task: Any  # anything with ``task_id`` and ``task_class``
+    version: int  # the policy version this round samples with
+    round_budget: int | None  # action tokens allowed this round (None: unlimited)
+    caps: TaskCaps
+    resume: str  # "recompute" (re-prefill the prefix under new weights) or "keep" (old KV)
+    state: Any = None  # the worker's resumable state of a paused rollout, None to start
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundResult:
+    """One round of one rollout. ``trajectory.stop_reason`` says why it stopped."""
+
+    state: Any  # resumable state (meaningful when paused)
+    trajectory: Trajectory
+    duration: float  # seconds the round occupied its slot
+    generation_time: float = 0.0
+    env_time: float = 0.0
+    recompute_time: float = 0.0  # re-prefill cost of a resume under "recompute"
+    env_intervals: tuple[tuple[float, float], ...] = ()  # env steps, offsets from round start
+
+    @property
+    def paused(self) -> bool:
+        return self.trajectory.stop_reason == StopReason.ROUND_BUDGET_PAUSED
+
+
+class RolloutWorker(Protocol):
+    def run_round(self, item: WorkItem) -> RoundResult:
+        """Runs one round; must be safe to call from several threads at once."""
+
+
+class SubmissionWindow:
+    """Tracks the oldest unresolved submission index (the window's head)."""
+
+    def __init__(self) -> None:
+        self.head = 0
+        self._resolved: list[int] = []  # min-heap of resolved indices >= head
+
+    def resolve(self, index: int) -> None:
+        if index < self.head or index in self._resolved:
+            raise ValueError(f"submission {index} resolved twice")
+        heapq.heappush(self._resolved, index)
+        while self._resolved and self._resolved[0] == self.head:
+            heapq.heappop(self._resolved)
+            self.head += 1
+
+
+def consumable(mode: str, completed: Iterable[int], head: int, window: int | None) -> list[int]:
+    """Submission indices the learner may take now, in the order it takes them.
+
+    Args:
+      mode: one of :data:`MODES`.
+      completed: completed, unconsumed submission indices in completion order.
+      head: the oldest unresolved submission index.
+      window: the window size for ``windowed_fifo``.
+    """
+    if mode == "async":
+        return list(completed)
+    if mode == "windowed_fifo":
+        return sorted(i for i in completed if i < head + window)
+    if mode == "sync":
+        return sorted(completed)
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
