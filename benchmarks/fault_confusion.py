@@ -1,0 +1,129 @@
+"""Confusion matrix of injected faults vs attributed labels over the bundled codefix tasks.
+
+Rows are what was done (an infrastructure fault class injected for real into the final
+verification of an honest or a wrong-fix episode, no fault, an attacker, a faulty agent); columns
+are the verifier's labels. Faults are drawn per episode by :func:`agentjax.envs.faults.draw_fault`
+from per-class rates (``--rate``) and, so that every cell is populated, every class is also
+injected once per task and agent. Targets (issue 5): no injected infra fault is labelled as an
+agent failure or a plain fail, and no attacker is labelled ``pass``.
+
+Writes ``docs/fault_confusion.md``.
+
+    python benchmarks/fault_confusion.py [--tasks 12] [--draws 24] [--rate 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import os
+import random
+import time
+
+from agentjax.envs import codefix, faults
+from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
+from agentjax.envs.protocol import Label
+from agentjax.envs.sandbox import Limits
+from agentjax.testing import codefix_agents as A
+
+FAULT_LIMITS = Limits(wall_s=4.0, cpu_s=2)  # starvation runs end at the wall clock
+FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
+                 "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2)}
+AGENT_LABELS = {Label.AGENT_TIMEOUT, Label.AGENT_OOM, Label.AGENT_CPU, Label.AGENT_ERROR}
+
+
+def episode(task: str, agent: str, inject: str | None, limits: Limits | None = None) -> Label:
+    env = CodefixEnv(EnvConfig(inject=inject, verify_limits=limits or codefix.api.DEFAULT_LIMITS))
+    try:
+        _, final = A.play(env, codefix.load_task(task), A.AGENTS[agent][0])
+    finally:
+        env.close()
+    return final.verdict.label
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=12)
+    ap.add_argument("--draws", type=int, default=24, help="extra episodes with rate-drawn faults")
+    ap.add_argument("--rate", type=float, default=0.1, help="per-class injection rate for draws")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs",
+                                                  "fault_confusion.md"))
+    args = ap.parse_args()
+    tasks = codefix.list_tasks()[: args.tasks]
+    rng = random.Random(args.seed)
+    m: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    t0 = time.time()
+    for task in tasks:
+        for agent in ("oracle", "wrong_fix"):
+            for kind in (None, *faults.FAULT_CLASSES):
+                m[f"{kind or 'no fault'} / {agent}"][episode(task, agent, kind, FAULT_LIMITS)] += 1
+        for agent in A.ATTACKERS:
+            m[f"attacker / {agent}"][episode(task, agent, None)] += 1
+        for agent, lim in FAULTY_LIMITS.items():
+            m[f"faulty / {agent}"][episode(task, agent, None, lim)] += 1
+        print(f"{task}: done ({time.time() - t0:.0f}s)", flush=True)
+    rates = {c: args.rate for c in faults.FAULT_CLASSES}
+    for _ in range(args.draws):
+        kind, task = faults.draw_fault(rates, rng), rng.choice(tasks)
+        m[f"drawn: {kind or 'no fault'} / oracle"][episode(task, "oracle", kind, FAULT_LIMITS)] += 1
+
+    infra_rows = [r for r in m if r.split(" / ")[0].removeprefix("drawn: ") in faults.FAULT_CLASSES]
+    # a wrong fix under a flaky case fails stable cases too: ``fail`` is then the truth
+    blamed = {r: (*AGENT_LABELS, *(() if r.endswith("flaky_test / wrong_fix") else (Label.FAIL,)))
+              for r in infra_rows}
+    infra_as_agent = sum(m[r][lab] for r in infra_rows for lab in blamed[r])
+    infra_not_infra = sum(n for r in infra_rows for lab, n in m[r].items()
+                          if lab is not Label.INFRA_FAULT)
+    hack_pass = sum(m[r][Label.PASS] for r in m if r.startswith("attacker"))
+    hack_not_hack = sum(n for r in m if r.startswith("attacker")
+                        for lab, n in m[r].items() if lab is not Label.REWARD_HACK)
+    cols = list(Label)
+    lines = ["| injected / agent | " + " | ".join(c.value for c in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for r in m:
+        lines.append(f"| {r} | " + " | ".join(str(m[r][c] or "") for c in cols) + " |")
+    table = "\n".join(lines)
+    print(table)
+    verdict = [
+        f"- infra faults labelled as an agent failure or fail: **{infra_as_agent}** (target 0)",
+        f"- infra faults labelled anything but infra_fault: **{infra_not_infra}** (expected: the "
+        "flaky_test / wrong_fix row, see notes)",
+        f"- attackers labelled pass: **{hack_pass}** (target 0)",
+        f"- attackers labelled anything but reward_hack: **{hack_not_hack}**",
+    ]
+    print("\n".join(verdict))
+    doc = f"""# Fault attribution: confusion matrix
+
+Generated by `python benchmarks/fault_confusion.py --tasks {args.tasks} --draws {args.draws} \
+--rate {args.rate} --seed {args.seed}` on {datetime.date.today()} ({len(tasks)} codefix tasks,
+{sum(sum(c.values()) for c in m.values())} episodes, {time.time() - t0:.0f} s, host load
+{os.getloadavg()[0]:.1f} at the end). Each row is what was done; each column the label the
+verifier gave. Faults are injected FOR REAL (see `agentjax/envs/faults.py::injection_hooks`):
+`sandbox_start` gives bwrap a missing bind source; `host_kill` SIGKILLs the outer sandbox process
+from outside 0.15 s after launch; `host_starvation` pins the sandbox to one CPU in a nice-19
+autogroup next to three nice -20 busy processes for the whole run (wall limit
+{FAULT_LIMITS.wall_s} s); `verifier_crash` raises inside the host-side verifier; `flaky_test` adds a
+seed-dependent hidden case (quarantined when the reference was run {codefix.api.REFERENCE_RUNS}
+times at validation) and runs with a seed that makes it fail. "drawn" rows come from
+`draw_fault` with rate {args.rate} per class.
+
+Targets: no infra fault is ever labelled as an agent failure; no hack is ever labelled `pass`.
+
+{chr(10).join(verdict)}
+
+{table}
+
+Notes: `flaky_test / wrong_fix` is `fail` by design: the wrong fix fails stable (non-quarantined)
+cases, which is the agent's doing, whatever the flaky case did. Attackers are labelled by the
+static scans before any run; `tests/envs/test_codefix_agents.py` also checks that with the static
+scans switched off no attack passes the run itself.
+"""
+    with open(args.out, "w") as f:
+        f.write(doc)
+    print(f"wrote {os.path.normpath(args.out)}")
+
+
+if __name__ == "__main__":
+    main()
