@@ -169,22 +169,31 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
     x = tp["embed"][tokens.reshape(n)].astype(c.cdtype)
     forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
+    # The K/V buffers ride in the scan carry and are updated in place (as scan inputs/outputs
+    # XLA copied the whole cache every decode step). Exact mode without a cache still attends
+    # over a fresh buffer of exactly max_seq_len slots.
+    if cache is not None:
+        ck, cv = cache["k"], cache["v"]
+    elif c.exact:
+        ck = jnp.zeros((c.n_layers, b, c.max_seq_len, c.n_kv_heads, c.head_dim), c.cdtype)
+        cv = jnp.zeros_like(ck)
+    else:
+        ck = cv = None
 
-    def layer(x, xs):
-        p, ck, cv, forced = xs
+    def layer(carry, xs):
+        x, ck, cv = carry
+        p, i, forced = xs
         q, k, v = L.rowwise(lambda x_, pos_: _qkv(c, p, x_, pos_), tile, x, pos_rows)
-        if cache is None and not c.exact:
+        if ck is None:
             o = L.attention_standard(
                 q.reshape(b, t, *q.shape[1:]), k.reshape(b, t, *k.shape[1:]),
                 v.reshape(b, t, *v.shape[1:]), positions, positions, jnp.ones((b, t), bool),
             ).reshape(q.shape)
-            new_k = new_v = None
         else:
-            if ck is None:  # exact mode without a cache: a fresh buffer of exactly L slots
-                ck = jnp.zeros((b, c.max_seq_len, c.n_kv_heads, c.head_dim), k.dtype)
-                cv = jnp.zeros_like(ck)
-            kbuf = ck.at[batch_rows, pos_rows].set(k, mode="drop")
-            vbuf = cv.at[batch_rows, pos_rows].set(v, mode="drop")
+            li = jnp.full_like(batch_rows, i)
+            ck = ck.at[li, batch_rows, pos_rows].set(k.astype(ck.dtype), mode="drop")
+            cv = cv.at[li, batch_rows, pos_rows].set(v.astype(cv.dtype), mode="drop")
+            kbuf, vbuf = ck[i], cv[i]
             if c.exact:
                 o = L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, tile)
             else:
@@ -194,18 +203,17 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
                     q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots,
                     jnp.ones((b, s), bool),
                 ).reshape(q.shape)
-            new_k, new_v = (kbuf, vbuf) if cache is not None else (None, None)
         post = lambda x_, o_, f_: _post_attention(c, p, x_, o_, f_)
         if forced is None:
             x, chosen, probs = L.rowwise(lambda x_, o_: post(x_, o_, None), tile, x, o)
         else:
             x, chosen, probs = L.rowwise(post, tile, x, o, forced)
-        return x, (new_k, new_v, chosen, probs)
+        return (x, ck, cv), (chosen, probs)
 
-    ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
-    x, (nk, nv, chosen, probs) = jax.lax.scan(layer, x, (tp["layers"], ck, cv, forced_all))
+    layer_ids = jnp.arange(c.n_layers, dtype=jnp.int32)
+    (x, ck, cv), (chosen, probs) = jax.lax.scan(layer, (x, ck, cv), (tp["layers"], layer_ids, forced_all))
     x = L.rowwise(lambda x_: L.rms_norm(x_, tp["final_norm"], c.norm_eps), tile, x)
-    new_cache = None if cache is None else {"k": nk, "v": nv}
+    new_cache = None if cache is None else {"k": ck, "v": cv}
     return x, new_cache, chosen, probs
 
 

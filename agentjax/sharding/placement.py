@@ -48,7 +48,8 @@ def make_placement(
     sync_every: int = 1,
     devices: Sequence[jax.Device] | None = None,
 ) -> Placement:
-    """Builds the meshes. Disaggregated: the learner takes the first devices, the sampler the rest."""
+    """Builds the meshes over the first devices. Disaggregated: the learner takes the first
+    devices, the sampler the next ones."""
     allowed = [k.value for k in PlacementKind]
     if kind not in allowed:
         raise ValueError(f"placement.kind={kind!r} is invalid; allowed values: {allowed}")
@@ -56,12 +57,14 @@ def make_placement(
         raise ValueError(f"placement.sync_every={sync_every} is invalid; must be >= 1")
     devices = list(jax.devices() if devices is None else devices)
     rules = ShardingRules() if rules is None else rules
-    if kind == PlacementKind.COLOCATED:
-        mesh = make_mesh(learner_shape, devices)
-        return Placement(PlacementKind.COLOCATED, mesh, mesh, rules, 1)
-    if sampler_shape is None:
-        raise ValueError("placement.sampler_mesh is required for disaggregated placement")
     n_l = int(np.prod(list(learner_shape.values()) or [1]))
+    if kind == PlacementKind.COLOCATED:
+        if n_l > len(devices):
+            raise ValueError(f"placement.learner_mesh needs {n_l} devices, only {len(devices)} available")
+        mesh = make_mesh(learner_shape, devices[:n_l])
+        return Placement(PlacementKind.COLOCATED, mesh, mesh, rules, 1)
+    if not sampler_shape:
+        raise ValueError("placement.sampler_mesh is required for disaggregated placement")
     n_s = int(np.prod(list(sampler_shape.values()) or [1]))
     if n_l + n_s > len(devices):
         raise ValueError(

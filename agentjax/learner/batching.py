@@ -1,0 +1,84 @@
+"""Trajectories -> fixed-shape learner arrays (no recompiles), with group advantages.
+
+GRPO-family advantages are computed over the members of each group (same ``task_id``) present
+in the batch; trajectories masked by their verdict (``final_reward is None``: infra faults)
+never reach this point (the scheduler masks them) and never enter a group's statistics.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from agentjax.trajectory import Trajectory, to_rows
+
+
+def group_advantages_np(traj_rewards: Sequence[float], groups: Sequence[str], *, scale: str = "std",
+                        eps: float = 1e-6) -> np.ndarray:
+    """``(R - mean_group) / (std_group + eps)`` (population std) per trajectory; singletons get 0."""
+    r = np.asarray(traj_rewards, np.float64)
+    out = np.zeros_like(r)
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        x = r[idx]
+        d = x - x.mean()
+        out[idx] = d / (x.std() + eps) if scale == "std" else d
+    return out.astype(np.float32)
+
+
+def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: int, length: int,
+               scale: str = "std") -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Pads every trajectory's rows into ``[rows, length]`` arrays.
+
+    Rows beyond the trajectories' own are all-zero with ``loss_mask`` 0 (they change nothing).
+    Padded positions get position ``length`` so their cache writes are dropped and no real token
+    attends to them. Returns the arrays and bookkeeping metrics.
+    """
+    rewards = [float(t.final_reward) for t in trajs]
+    adv = group_advantages_np(rewards, [t.task_id for t in trajs], scale=scale)
+    tok = np.zeros((rows, length), np.int32)
+    pos = np.full((rows, length), length, np.int32)
+    mask = np.zeros((rows, length), np.float32)
+    logp = np.zeros((rows, length), np.float32)
+    version = np.full((rows, length), -1, np.int32)
+    a = np.zeros((rows,), np.float32)
+    w = np.zeros((rows,), np.float32)
+    routes, r = None, 0
+    truncated = 0
+    for t, wt, ad in zip(trajs, weights, adv, strict=True):
+        for row in to_rows(t):
+            if r >= rows:
+                raise ValueError(f"batch needs more than {rows} rows; raise learner rows")
+            n = min(row.tokens.size, length)
+            truncated += row.tokens.size - n
+            tok[r, :n], pos[r, :n] = row.tokens[:n], np.arange(n)
+            mask[r, :n], logp[r, :n], version[r, :n] = row.loss_mask[:n], row.logp[:n], row.version[:n]
+            if row.routes is not None:
+                if routes is None:
+                    routes = np.zeros((rows, length, *row.routes.shape[1:]), np.int32)
+                routes[r, :n] = row.routes[:n]
+            a[r], w[r] = ad, wt
+            r += 1
+    batch = {"tokens": tok, "positions": pos, "loss_mask": mask, "behav_logp": logp,
+             "advantages": a, "weight": w}
+    if routes is not None:
+        batch["routes"] = routes
+    groups = defaultdict(list)
+    for t in trajs:
+        groups[t.task_id].append(t.final_reward)
+    metrics = {
+        "batch/rows": float(r),
+        "batch/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
+        "batch/groups": float(len(groups)),
+        "batch/singleton_groups": float(sum(len(v) == 1 for v in groups.values())),
+        "batch/all_same_groups": float(sum(len(set(v)) == 1 for v in groups.values())),
+        "batch/truncated_tokens": float(truncated),
+        "batch/version_min": float(version[mask > 0].min()) if mask.any() else -1.0,
+    }
+    return batch, metrics

@@ -1,0 +1,90 @@
+"""The learner-side scorer: per-token log-probs of given sequences, as the sampler computed them.
+
+    logp, logp_raw = token_logprobs(params, tokens, positions, config=c, transform=t, routes=r)
+
+Entry ``t`` is ``log p(tokens[t] | tokens[<t])`` (aligned with the tokens, as in
+``trajectory.Row``; entry 0 is 0). ``logp`` is under the sampled distribution
+``softmax(transform(z))`` and ``logp_raw`` under ``softmax(z)``. Both come from the same
+float32 function as the sampler's (``sampling.transforms.token_logprobs_from_logits``).
+
+Padding: any layout works if padded tokens get a position >= every real position of their row
+(``pad_positions`` uses ``max_seq_len``: their cache writes are dropped and no real token
+attends to them). Left padding with ``positions = 0..n-1`` on the real tokens is the same.
+
+Exact mode (``config.exact_tile > 0``): the value is computed with the batch-invariant kernels,
+so it equals the sampler's record bitwise (ratio exactly 1.0 at the behaviour version), and a
+``jax.custom_vjp`` supplies the standard kernels' gradient (their VJP is kept as the residual):
+
+    value = f_exact(params),   d value / d params := d f_standard / d params
+
+``f_exact`` and ``f_standard`` differ by float rounding only (~1e-6 relative in float32), so the
+gradient is that of the same function up to rounding; differentiating through the tiled path
+directly costs ~3x more. MoE: ``routes`` replays the sampler's experts (R3); without them the
+backward replays the experts chosen by the exact forward, so both passes use the same routing.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from agentjax.policy.config import ModelConfig
+from agentjax.policy.model import forward
+from agentjax.sampling.transforms import token_logprobs_from_logits
+
+
+def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:
+    """Positions ``0..len-1`` then ``pad_position`` for right-padded rows. ``[B] -> [B, width]``."""
+    j = jnp.arange(width, dtype=jnp.int32)[None, :]
+    return jnp.where(j < jnp.asarray(lengths)[:, None], j, pad_position).astype(jnp.int32)
+
+
+def _score(params, tokens, positions, routes, config: ModelConfig, transform):
+    logits, _, aux = forward(params, tokens, positions, config=config, routes=routes)
+    lp, raw = token_logprobs_from_logits(logits[:, :-1], tokens[:, 1:], transform,
+                                         tile=config.exact_tile)
+    zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+    out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
+    return out, aux.get("routes")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _exact(params, tokens, positions, routes, config, transform):
+    return _score(params, tokens, positions, routes, config, transform)[0]
+
+
+def _exact_fwd(params, tokens, positions, routes, config, transform):
+    out, chosen = _score(params, tokens, positions, routes, config, transform)
+    replay = routes if routes is not None else chosen
+    standard = config.replace(exact_tile=0)
+    _, vjp = jax.vjp(lambda p: _score(p, tokens, positions, replay, standard, transform)[0], params)
+    return out, vjp
+
+
+def _exact_bwd(config, transform, vjp, g):
+    (g_params,) = vjp(g)
+    return g_params, None, None, None
+
+
+_exact.defvjp(_exact_fwd, _exact_bwd)
+
+
+def token_logprobs(params, tokens: jax.Array, positions: jax.Array, *, config: ModelConfig,
+                   transform=None, routes: jax.Array | None = None
+                   ) -> tuple[jax.Array, jax.Array]:
+    """Per-token ``(logp, logp_raw)``, float32 ``[B, T]``, differentiable in ``params``.
+
+    Args:
+      params: policy parameters.
+      tokens: int ``[B, T]``; positions: int ``[B, T]`` (see the module doc for padding).
+      config: the model config; ``exact_tile > 0`` gives the sampler's values bitwise.
+      transform: the sampling transform the behaviour policy used (None: temperature 1).
+      routes: optional ``[B, T, layers, k]`` expert ids to replay (MoE).
+    """
+    if tokens.shape != positions.shape:
+        raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
+    if config.exact:
+        return _exact(params, tokens, positions, routes, config, transform)
+    return _score(params, tokens, positions, routes, config, transform)[0]

@@ -1,0 +1,425 @@
+"""The run report: ``report/report.md`` plus matplotlib PNGs from a workdir's outputs.
+
+Reads ``metrics.jsonl`` (header row, training rows, held-out eval rows) and ``summary.json``
+(scheduler summary, weight sync, cost ledger) written by ``agentjax.system.train`` and draws
+the eight problems' diagnostics: reward and held-out success, verdict labels over time, the
+version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
+in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,
+admitted share per task class and the cost ledger
+``C = generation + environment + verification + training + retry/waste``. Every section works
+on whatever is present and says what is missing instead of failing (a run still in progress has
+no ``summary.json``; a run before its first step has no training rows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+try:
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, no display
+    from matplotlib.ticker import MaxNLocator
+except ImportError:  # the tables still come out, with a note in place of each plot
+    Figure = MaxNLocator = None
+
+GROUPS = ("pass", "fail", "hack", "agent", "infra", "other")
+COLORS = {"pass": "tab:green", "fail": "tab:red", "hack": "tab:purple", "agent": "tab:orange",
+          "infra": "tab:gray", "other": "tab:brown"}
+TARGETS = {"success": 0.70, "gain_over_rl_start": 0.25, "margin_over_demonstrator": 0.20}
+
+
+def label_group(label: str) -> str:
+    """Verdict label -> pass / fail / hack / agent (timeout, OOM, CPU, error) / infra / other."""
+    label = str(label).lower()
+    if label in ("pass", "fail"):
+        return label
+    if "hack" in label:
+        return "hack"
+    return "agent" if label.startswith("agent") else "infra" if label.startswith("infra") else "other"
+
+
+def load(workdir: str) -> dict[str, Any]:
+    """Header, training rows, eval rows, summary and notes on anything missing or unreadable."""
+    run: dict[str, Any] = {"header": {}, "train": [], "evals": [], "summary": {}, "notes": []}
+    path = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.readlines()
+        for i, line in enumerate(lines):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                run["notes"].append(f"metrics.jsonl line {i + 1} is not JSON (skipped: interrupted write?)")
+                continue
+            if row is None:
+                continue
+            run["header"] = row.get("header", run["header"])
+            if "eval/success" in row:
+                run["evals"].append(row)
+            if "loss/total" in row:
+                run["train"].append(row)
+    else:
+        run["notes"].append("no metrics.jsonl in the workdir")
+    spath = os.path.join(workdir, "summary.json")
+    if os.path.exists(spath):
+        with open(spath) as f:
+            run["summary"] = json.load(f)
+        run["header"] = run["summary"].get("header") or run["header"]
+    else:
+        run["notes"].append("no summary.json (run still in progress or interrupted): scheduler, "
+                            "class-share and cost sections are partial")
+    return run
+
+
+def _f(x, nd: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _series(rows: list[dict], key: str) -> tuple[list, list]:
+    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+class _NoPlot:
+    """Stands in for a figure, its axes and every call on them when matplotlib is missing."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getitem__(self, i):
+        return self
+
+    def __iter__(self):
+        return iter((self, self))
+
+
+def _figure(width: float, height: float = 3.4):
+    return Figure(figsize=(width, height)) if Figure is not None else _NoPlot()
+
+
+def _save(fig, out: str, name: str, left: float = 0.07) -> str:
+    if isinstance(fig, _NoPlot):
+        return f"_({name} not drawn: matplotlib is not installed)_"
+    # Fixed margins: tight_layout draws every figure twice.
+    fig.subplots_adjust(left=left, right=0.98, bottom=0.14, top=0.9, wspace=0.22)
+    fig.savefig(os.path.join(out, name), dpi=90)
+    return f"![{name[:-4]}]({name})"
+
+
+def _steps(ax, **kw) -> None:
+    ax.set(xlabel="step", **kw)
+    if MaxNLocator is not None:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _ledger(summary: dict) -> dict | None:
+    return summary.get("cost_ledger") or summary.get("scheduler", {}).get("cost_ledger")
+
+
+def headline(run: dict) -> list[str]:
+    """Final held-out success with its interval, the bars it is measured against, H, hack rate."""
+    h, evals = run["header"], run["evals"]
+    final = run["summary"].get("final_eval") or (evals[-1] if evals else {})
+    s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
+    lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
+    rows = [
+        ("final held-out success (greedy)", f"{_pct(s)} [{_pct(final.get('eval/success_lo'))}, "
+         f"{_pct(final.get('eval/success_hi'))}] on {int(final.get('eval/n', 0))} tasks, step "
+         f"{final.get('step', 'n/a')}" if s is not None else "n/a (no eval yet)"),
+        ("scripted demonstrator success", _pct(demo)),
+        ("demonstrations' own success (train split)", _pct(h.get("warm_start/demo_train_success"))),
+        ("warm start = RL start success", _pct(start)),
+        ("warm-start NLL first -> last", f"{_f(h.get('warm_start/nll_first'))} -> "
+         f"{_f(h.get('warm_start/nll_last'))}"),
+        ("audit metric H (train pass, audit fail)", f"{_f(final.get('eval/audit/H'))} "
+         f"[{_f(final.get('eval/audit/H_lo'))}, {_f(final.get('eval/audit/H_hi'))}]"),
+        ("hack rate (planted hack tool taken)", f"{_f(final.get('eval/hack/rate'))} "
+         f"[{_f(final.get('eval/hack/rate_lo'))}, {_f(final.get('eval/hack/rate_hi'))}]"),
+        ("training steps / wall seconds",
+         f"{len(run['train'])} / "
+         f"{_f(run['summary'].get('wall_seconds', (run['train'] or [{}])[-1].get('wall')), 0)}"),
+    ]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    if None not in (s, demo, start):
+        got = {"success": s, "gain_over_rl_start": s - start, "margin_over_demonstrator": s - demo}
+        lines += ["", "Learning targets of the default run (issue 8, on >= 256 held-out tasks; this eval: "
+                  f"{int(final.get('eval/n', 0))}): "
+                  + "; ".join(f"{k.replace('_', ' ')} {100 * got[k]:.1f} pts vs >= {100 * v:.0f} "
+                              f"({'met' if got[k] >= v else 'NOT met'})" for k, v in TARGETS.items())]
+    return lines
+
+
+def curves(run: dict, out: str) -> list[str]:
+    """Batch reward per step and held-out success (Wilson 95% band) against the two bars."""
+    fig = _figure(10)
+    a, b = fig.subplots(1, 2)
+    a.plot(*_series(run["train"], "batch/reward_mean"), ".-", label="batch reward mean")
+    _steps(a, title="training reward")
+    e = [r for r in run["evals"] if "eval/success_lo" in r]
+    if e:
+        st = [r["step"] for r in e]
+        b.fill_between(st, [r["eval/success_lo"] for r in e], [r["eval/success_hi"] for r in e], alpha=0.25)
+    b.plot(*_series(run["evals"], "eval/success"), "o-", label="held-out success")
+    for key, style in (("demonstrator_success", "r--"), ("rl_start_success", "k:")):
+        if run["header"].get(key) is not None:
+            b.axhline(run["header"][key], ls=style[1:], color=style[0], label=key.replace("_", " "))
+    _steps(b, ylim=(0, 1), title="held-out success (greedy)")
+    b.legend(fontsize=7)
+    lines = ["## Reward and held-out success", "", _save(fig, out, "curves.png"), ""]
+    if not run["train"]:
+        lines.append("_No training steps yet._")
+    if run["evals"]:
+        lines += ["| step | success | 95% CI | H | hack rate | mean turns |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['step']} | {_pct(r['eval/success'])} | [{_pct(r.get('eval/success_lo'))}, "
+                  f"{_pct(r.get('eval/success_hi'))}] | {_f(r.get('eval/audit/H'))} | "
+                  f"{_f(r.get('eval/hack/rate'))} | {_f(r.get('eval/mean_turns'), 2)} |"
+                  for r in run["evals"]]
+    else:
+        lines.append("_No held-out evaluation rows yet._")
+    return lines
+
+
+def _group_fracs(counts: dict) -> dict[str, float]:
+    n = max(sum(counts.values()), 1)
+    out = dict.fromkeys(GROUPS, 0.0)
+    for k, v in counts.items():
+        out[label_group(k)] += v / n
+    return out
+
+
+def labels(run: dict, out: str) -> list[str]:
+    """Verdict label groups per training batch (stacked) and per held-out evaluation."""
+    fig = _figure(10)
+    a, b = fig.subplots(1, 2)
+    tr = [(r["step"], _group_fracs(r.get("labels") or {})) for r in run["train"]]
+    ev = [(r["step"], _group_fracs({k[11:]: v for k, v in r.items() if k.startswith("eval/label/")}))
+          for r in run["evals"]]
+    bottom = [0.0] * len(tr)
+    for g in GROUPS:
+        vals = [f[g] for _, f in tr]
+        if any(vals):
+            a.bar([s for s, _ in tr], vals, bottom=bottom, color=COLORS[g], label=g)
+            bottom = [x + y for x, y in zip(bottom, vals, strict=True)]
+        if any(f[g] for _, f in ev):
+            b.plot([s for s, _ in ev], [f[g] for _, f in ev], "o-", color=COLORS[g], label=g)
+    _steps(a, ylabel="share of batch", ylim=(0, 1.2), title="training verdicts")
+    _steps(b, ylim=(0, 1.2), title="held-out verdicts")
+    for ax in (a, b):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=3, loc="upper center")
+    total: dict[str, float] = {}
+    for r in run["train"]:
+        for k, v in (r.get("labels") or {}).items():
+            total[k] = total.get(k, 0) + v
+    lines = ["## Verdict labels over time", "", _save(fig, out, "labels.png"), ""]
+    if total:
+        n = sum(total.values())
+        lines += ["| label | group | trained trajectories | share |", "|---|---|---|---|"]
+        lines += [f"| {k} | {label_group(k)} | {int(v)} | {_pct(v / n)} |" for k, v in sorted(total.items())]
+    return lines
+
+
+def staleness(run: dict, out: str) -> list[str]:
+    """Version-gap histogram (consume - behaviour version) and ESS of the staleness weights."""
+    sch = run["summary"].get("scheduler", {})
+    hist = sch.get("version_gap_hist")
+    fig = _figure(10)
+    a, b = fig.subplots(1, 2)
+    if hist:
+        a.bar([str(i) for i in range(len(hist) - 1)] + [f">={len(hist) - 1}"], hist)
+    else:
+        a.plot(*_series(run["train"], "version_gap_mean"), ".-", label="mean gap per batch")
+        a.plot(*_series(run["train"], "version_gap_max"), "x", label="max gap per batch")
+        a.legend(fontsize=7)
+    if hist:
+        a.set(xlabel="version gap", title="version gap of trained trajectories")
+    else:
+        _steps(a, title="version gap per batch")
+    b.plot(*_series(run["train"], "ess/token_frac"), ".-", label="token ESS / tokens (ratio weights)")
+    b.plot(*_series(run["train"], "weights_mean"), "x-", label="mean staleness weight")
+    _steps(b, ylim=(0, 1.05), title="ESS")
+    b.legend(fontsize=7)
+    ess = _series(run["train"], "ess/token_frac")[1]
+    lines = ["## Staleness: version gap and ESS", "", _save(fig, out, "staleness.png"), ""]
+    if hist:
+        lines.append(f"Version-gap counts of trained trajectories (last bin open): {hist}; max gap "
+                     f"{sch.get('max_version_gap')}, mean generation gap "
+                     f"{_f(sch.get('mean_generation_gap'), 2)}, "
+                     f"mean queue gap {_f(sch.get('mean_queue_gap'), 2)}.")
+    else:
+        lines.append("_No version-gap histogram (summary.json missing); per-batch gaps shown instead._")
+    lines.append(f"\nESS: sequence-level staleness weights {_pct(sch.get('ess_fraction'))} of N; token-level "
+                 f"ratio weights mean {_pct(sum(ess) / len(ess)) if ess else 'n/a'}, min "
+                 f"{_pct(min(ess)) if ess else 'n/a'} over steps.")
+    return lines
+
+
+def _stats_table(keys: list[str], rows: list[dict], what: str) -> list[str]:
+    lines = [f"| {what} | mean over steps | max over steps | last |", "|---|---|---|---|"]
+    for k in keys:
+        v = _series(rows, k)[1]
+        if v:
+            lines.append(f"| {k} | {_f(sum(v) / len(v), 4)} | {_f(max(v), 4)} | {_f(v[-1], 4)} |")
+    return lines
+
+
+def _consistency(run: dict, workdir: str) -> list[str]:
+    cons = run["summary"].get("consistency")
+    path = os.path.join(workdir, "consistency.json")
+    if cons is None and os.path.exists(path):
+        with open(path) as f:
+            cons = json.load(f)
+    if not cons:
+        return ["The full per-token delta report (mean/p50/p99/max |delta|, share exactly 0, by position, "
+                "probability and expert, per sampler/learner mode) comes from `python -m launch.consistency` "
+                "(write it to `<workdir>/consistency.json` to have it included here)."]
+    modes = [m for v in cons.get("models", {}).values() for m in v.get("modes", [])]
+    modes = modes or [{"mode": "run", **cons}]
+    lines = ["| mode | tokens | mean abs delta | p50 | p99 | max | frac == 0 |", "|---" * 7 + "|"]
+    for m in modes:
+        a = m.get("logp", m).get("all", {})
+        lines.append(f"| {m.get('mode')} | {a.get('n')} | {_f(a.get('mean'), 4)} | {_f(a.get('p50'), 4)} | "
+                     f"{_f(a.get('p99'), 4)} | {_f(a.get('max'), 4)} | {_f(a.get('frac_zero'), 4)} |")
+    return lines
+
+
+def delta(run: dict, out: str, workdir: str) -> list[str]:
+    """Train/inference ratio statistics per step (and the full delta report when present)."""
+    keys = sorted({k for r in run["train"] for k in r
+                   if "ratio/" in k or k in ("loss/approx_kl", "loss/clip_fraction")})
+    fig = _figure(10)
+    axes = fig.subplots(1, 2)
+    for k in keys:
+        axes[int("ratio/" not in k)].plot(*_series(run["train"], k), ".-", label=k)
+    _steps(axes[0], title="r = pi_train / mu_infer = exp(delta)", yscale="log")
+    _steps(axes[1], title="approx. KL(mu || pi) and clipped share")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    lines = ["## Delta statistics", "", _save(fig, out, "delta.png"), ""]
+    lines += _stats_table(keys, run["train"], "metric") if keys else ["_No ratio metrics in training rows._"]
+    return lines + [""] + _consistency(run, workdir)
+
+
+def masked(run: dict, out: str) -> list[str]:
+    """Token shares masked per filter reason, zero-advantage groups, trajectory terminal states."""
+    keys = sorted({k for r in run["train"] for k in r if "masked/" in k})
+    # A group whose rewards are all equal has zero advantage: it trains nothing, like a mask.
+    zero = {"masked/zero_advantage_groups": lambda r: r.get("batch/all_same_groups", 0)
+            / max(r.get("batch/groups", 1), 1)}
+    tr = [{**r, **{k: f(r) for k, f in zero.items()}} for r in run["train"]]
+    keys += list(zero) if tr else []
+    term = run["summary"].get("scheduler", {}).get("terminal", {})
+    n = term.get("submitted", 0)
+    reasons = {k: v / n for k, v in term.items()
+               if n and k not in ("submitted", "trained") and not k.endswith("rate")}
+    fig = _figure(10)
+    a, b = fig.subplots(1, 2)
+    for k in keys:
+        a.plot(*_series(tr, k), ".-", label=k)
+    _steps(a, title="masked share of tokens / groups")
+    if keys:
+        a.legend(fontsize=7)
+    b.bar(list(reasons), list(reasons.values()))
+    b.set(title="submissions by terminal state (not trained)")
+    lines = ["## Masked fractions by reason", "", _save(fig, out, "masked.png"), ""]
+    lines += _stats_table(keys, tr, "reason") if keys else ["_No training rows yet._"]
+    if reasons:
+        lines += ["", "| terminal state | submissions | share |", "|---|---|---|"]
+        lines += [f"| {k} | {int(term[k])} | {_pct(v)} |" for k, v in reasons.items()]
+    skipped = sum(r.get("skipped_nonfinite", 0) for r in tr)
+    return lines + ["", f"Steps skipped for non-finite gradients: {int(skipped)}."]
+
+
+def classes(run: dict, out: str) -> list[str]:
+    """Share of each task class among submitted and among admitted (trained) trajectories."""
+    shares = run["summary"].get("scheduler", {}).get("class_shares")
+    if not shares:
+        counts: dict[str, float] = {}
+        for r in run["train"]:
+            for k, v in (r.get("classes") or {}).items():
+                counts[k] = counts.get(k, 0) + v
+        n = max(sum(counts.values()), 1)
+        shares = {k: {"admitted": v / n} for k, v in sorted(counts.items())}
+    fig = _figure(6)
+    ax = fig.subplots()
+    names = list(shares)
+    for j, kind in enumerate(("submitted", "admitted")):
+        ax.bar([i + 0.4 * j for i in range(len(names))], [shares[c].get(kind, 0) for c in names], 0.4,
+               label=kind)
+    ax.set_xticks([i + 0.2 for i in range(len(names))], names)
+    ax.set(title="task class share", ylim=(0, 1))
+    ax.legend(fontsize=7)
+    lines = ["## Admitted share per task class", "", _save(fig, out, "classes.png", left=0.12), "",
+             "| class | submitted | admitted | deviation (pts) |", "|---|---|---|---|"]
+    lines += [f"| {c} | {_pct(v.get('submitted'))} | {_pct(v.get('admitted'))} | "
+              f"{_f(v.get('deviation_pp'), 1)} |" for c, v in shares.items()]
+    sch = run["summary"].get("scheduler", {})
+    if "long_task_drop_rate" in sch:
+        lines.append(f"\nMax deviation {_f(sch.get('max_share_deviation_pp'), 1)} pts; long-task drop rate "
+                     f"{_pct(sch['long_task_drop_rate'])}.")
+    return lines
+
+
+def cost(run: dict, out: str) -> list[str]:
+    """Cost ledger: device-seconds and CPU-seconds per item (different currencies), weight sync."""
+    summary = run["summary"]
+    led, sch, ws = _ledger(summary), summary.get("scheduler", {}), summary.get("weight_sync")
+    lines = ["## Cost ledger", ""]
+    if led:
+        dev, cpu = led.get("device_seconds", {}), led.get("cpu_seconds", {})
+        items = list(dict.fromkeys([*dev, *cpu]))
+        fig = _figure(6)
+        ax = fig.subplots()
+        ax.barh([f"{i} (device)" for i in items] + [f"{i} (CPU)" for i in items],
+                [dev.get(i, 0) for i in items] + [cpu.get(i, 0) for i in items])
+        ax.set(xlabel="seconds (virtual clock)", title="cost ledger")
+        n = max(sch.get("consumed", 0), 1)
+        lines += [_save(fig, out, "cost.png", left=0.3), "",
+                  "| item | device-s | CPU-s | per trained trajectory: device-s | CPU-s |", "|---" * 5 + "|"]
+        rows = [(i, dev.get(i, 0), cpu.get(i, 0)) for i in items]
+        rows.append(("total", sum(dev.values()), sum(cpu.values())))
+        lines += [f"| {i} | {_f(d, 2)} | {_f(c, 2)} | {_f(d / n, 4)} | {_f(c / n, 4)} |" for i, d, c in rows]
+    else:
+        lines.append("_No cost ledger in summary.json (`agentjax.diagnostics.metrics.cost_ledger` "
+                     "of the scheduler records)._")
+    if ws:
+        lines.append(f"\nWeight sync: {ws.get('syncs')} syncs ({ws.get('skipped')} skipped), "
+                     f"{ws.get('bytes', 0) / 2**20:.1f} MiB, {_f(ws.get('seconds'), 2)} s.")
+    if sch:
+        d = sch.get("duration", {})
+        lines.append(f"\nScheduler: {sch.get('steps')} steps, {sch.get('consumed')} trajectories consumed in "
+                     f"{_f(sch.get('elapsed'), 1)} virtual s ({_f(sch.get('throughput'), 2)} traj/s), slot "
+                     f"utilisation {_pct(sch.get('slot_utilisation'))}, rollout duration p50/p95/p99 "
+                     f"{_f(d.get('p50'), 1)}/{_f(d.get('p95'), 1)}/{_f(d.get('p99'), 1)} s.")
+    pool = run["summary"].get("env_pool") or sch.get("env_pool")
+    if pool:
+        lines.append("\nEnv pool (Little's law): predicted in flight "
+                     f"{_f(pool.get('predicted_in_flight'), 2)}, "
+                     f"measured {_f(pool.get('measured_in_flight'), 2)}.")
+    return lines
+
+
+def write_report(workdir: str) -> str:
+    """Writes ``<workdir>/report/report.md`` and its PNGs; returns the markdown's path."""
+    out = os.path.join(workdir, "report")
+    os.makedirs(out, exist_ok=True)
+    run = load(workdir)
+    body = [headline(run), curves(run, out), labels(run, out), staleness(run, out),
+            delta(run, out, workdir), masked(run, out), classes(run, out), cost(run, out)]
+    notes = [f"> note: {n}" for n in run["notes"]]
+    text = "\n".join([f"# agentjax run report: `{os.path.abspath(workdir)}`", "", *notes, ""]
+                     + ["\n".join(s) + "\n" for s in body])
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as f:
+        f.write(text)
+    return path

@@ -1,0 +1,156 @@
+"""The run configuration: an ``ml_collections.ConfigDict`` checked into small frozen dataclasses.
+
+Every section is validated before any work starts; an invalid value fails with the field's full
+name and the allowed values (``task.name='swe' is invalid; allowed values: [...]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from agentjax.learner.objective import LossConfig
+from agentjax.learner.step import OptimConfig
+from agentjax.policy.config import ConfigError, ModelConfig
+from agentjax.sampling.queue import MODES
+from agentjax.sampling.rollout import Caps
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    name: str = "minirepo"
+    difficulty: str = "default"
+    latency: str = "long_tailed"
+    max_steps: int = 6
+    eval_tasks: int = 256
+    hack_tool: bool = True  # keep planted hack opportunities (hack rate is measured)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    episodes: int = 2000
+    steps: int = 300
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    steps: int = 100
+    group_size: int = 8
+    batch_size: int = 64  # trajectories per learner step
+    eval_every: int = 25
+    temperature: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerSection:
+    mode: str = "windowed_fifo"
+    window: int = 64
+    num_slots: int = 128
+    max_version_gap: int = 2
+    gen_seconds_per_token: float = 0.02
+    learner_step_time: float = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementSection:
+    kind: str = "colocated"
+    learner_mesh: dict = dataclasses.field(default_factory=dict)
+    sampler_mesh: dict = dataclasses.field(default_factory=dict)
+    sync_every: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSection:
+    policy: str = "keep_all"
+    arg: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    seed: int
+    model: dict  # ModelConfig fields but vocab_size (taken from the tokenizer)
+    task: TaskConfig
+    caps: Caps
+    warm_start: WarmStartConfig
+    rl: RLConfig
+    scheduler: SchedulerSection
+    placement: PlacementSection
+    context: ContextSection
+    loss: LossConfig
+    optim: OptimConfig
+    checkpoint_every: int = 50  # 0: never
+    log_every: int = 5
+    report: bool = True
+
+
+_SECTIONS = {
+    "task": TaskConfig, "caps": Caps, "warm_start": WarmStartConfig, "rl": RLConfig,
+    "scheduler": SchedulerSection, "placement": PlacementSection, "context": ContextSection,
+    "loss": LossConfig, "optim": OptimConfig,
+}
+_TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
+
+
+def _build(section: str, cls, values: dict):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown fields {[f'{section}.{u}' for u in unknown]}; allowed: {sorted(names)}")
+    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    try:
+        return cls(**kw)
+    except ConfigError:
+        raise
+    except ValueError as e:  # the dataclasses' own checks: prefix the section
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(section + ".") else f"{section}: {msg}") from None
+
+
+def _choice(field: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
+
+
+def _positive(field: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field}={value!r} is invalid; must be an integer >= 1")
+
+
+def parse(cfg) -> RunConfig:
+    """Checks a ConfigDict (or plain dict) and returns the typed :class:`RunConfig`."""
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    unknown = sorted(set(d) - _TOP)
+    if unknown:
+        raise ConfigError(f"unknown config sections {unknown}; allowed: {sorted(_TOP)}")
+    parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
+    model = dict(d.get("model", {}))
+    if "vocab_size" in model:
+        raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
+    ModelConfig.from_dict({**model, "vocab_size": 8})  # field names and values checked now
+    t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
+    from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
+
+    _choice("task.name", t.name, ["minirepo"])
+    _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
+    _choice("task.latency", t.latency, ["fixed", "long_tailed"])
+    _choice("scheduler.mode", s.mode, MODES)
+    _choice("placement.kind", parts["placement"].kind, ["colocated", "disaggregated"])
+    _choice("context.policy", parts["context"].policy,
+            ["keep_all", "drop_oldest_observations", "truncate_observations"])
+    for f in ("steps", "group_size", "batch_size", "eval_every"):
+        _positive(f"rl.{f}", getattr(rl, f))
+    _positive("task.eval_tasks", t.eval_tasks)
+    _positive("scheduler.num_slots", s.num_slots)
+    _positive("scheduler.window", s.window)
+    if rl.batch_size % rl.group_size:
+        raise ConfigError(
+            f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
+        )
+    if rl.temperature <= 0:
+        raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
+    return RunConfig(
+        seed=int(d.get("seed", 0)), model=model, checkpoint_every=int(d.get("checkpoint_every", 50)),
+        log_every=int(d.get("log_every", 5)), report=bool(d.get("report", True)), **parts,
+    )

@@ -1,0 +1,306 @@
+"""Multi-turn rollout: jitted generation alternating with host environment steps.
+
+A :class:`Rollout` drives a batch of episodes in lock-step over one :class:`Sampler` state:
+
+    r = Rollout(sampler, codec, caps, specs)
+    r.start(params, version)
+    finished = r.advance(params, version, rng)                    # sync: run to the end
+    finished = r.advance(params, version, rng, token_budget=64)   # partial: pause at a round budget
+    r.resume(new_params, new_version, mode="recompute" | "keep")  # next round, new policy
+
+Token ids in, token ids out: the observation tokens are appended to the very buffer the sampler
+reads, so the learner trains on exactly the context the model saw. A context policy other than
+``keep_all`` rewrites the context each turn; the row is then re-prefilled and each turn records
+its own input. Per-task caps (tool calls, action tokens) end the episode as ``task_cap``; the
+round budget pauses it as ``round_budget_paused`` — never confused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from agentjax.envs.protocol import Env
+from agentjax.policy.tokenizer import TURN_AGENT, TURN_ENV
+from agentjax.sampling.context import ContextPolicy, keep_all
+from agentjax.sampling.partial import resume as resume_state
+from agentjax.sampling.sampler import Sampler, Status, take
+from agentjax.trajectory import StopReason, Trajectory, Turn
+
+
+@dataclasses.dataclass(frozen=True)
+class Caps:
+    """Per-task caps (part of the task: exceeding them is the agent's failure)."""
+
+    max_tool_calls: int = 8
+    max_action_tokens: int = 16  # per turn
+    max_obs_tokens: int = 80  # per observation, after encoding (cut tokens are recorded)
+
+
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """Text <-> token ids for turns: ``<bos> obs <turn_agent> action <eos> <turn_env> obs ...``."""
+
+    tokenizer: Any
+
+    @property
+    def stop(self) -> int:
+        return self.tokenizer.eos_id
+
+    def prompt(self, text: str) -> list[int]:
+        return [self.tokenizer.bos_id, *self.tokenizer.encode(text), self.tokenizer.specials[TURN_AGENT]]
+
+    def observation(self, text: str) -> list[int]:
+        sp = self.tokenizer.specials
+        return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
+
+    def action_text(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids if int(i) != self.stop]
+        return self.tokenizer.decode(ids, skip_specials=True)
+
+
+@dataclasses.dataclass
+class EpisodeSpec:
+    env: Env
+    task: Any
+    seed: int
+    task_id: str
+    task_class: str = "default"
+    submit_index: int = -1
+
+
+@dataclasses.dataclass
+class _Row:
+    spec: EpisodeSpec
+    segments: list = dataclasses.field(default_factory=list)
+    turns: list = dataclasses.field(default_factory=list)
+    context: np.ndarray | None = None
+    gen: dict = dataclasses.field(default_factory=lambda: {k: [] for k in ("tok", "lp", "raw", "ver")})
+    pauses: list = dataclasses.field(default_factory=list)
+    calls: int = 0  # tool calls
+    gen_calls: int = 0  # generate calls this row took part in (its sampling keys)
+    done: bool = False
+    stop: StopReason | None = None
+    rewards: list = dataclasses.field(default_factory=list)
+    final: Any = None  # the environment's last StepResult
+    result: Trajectory | None = None
+    timings: dict = dataclasses.field(default_factory=lambda: {"generation": 0.0, "env": 0.0,
+                                                               "env_wall": 0.0})
+    obs_cut: int = 0
+    env_error: str | None = None  # the exception a broken environment raised
+
+
+def bucket(n: int, smallest: int = 8) -> int:
+    """The next power of two >= n (at least ``smallest``): few distinct compiled batch sizes."""
+    b = smallest
+    while b < n:
+        b *= 2
+    return b
+
+
+@jax.jit
+def _row_keys(rng, seeds, calls):
+    """One key per row from the episode's own seed and call count: a row's samples never depend
+    on its batch-mates (with exact kernels, batching does not change a trajectory at all)."""
+    fold = lambda s, c: jax.random.fold_in(jax.random.fold_in(rng, s), c)
+    return jax.vmap(fold)(seeds, calls)
+
+
+class Rollout:
+    """A resumable batch of episodes (host state + one sampler state)."""
+
+    def __init__(self, sampler: Sampler, codec: Codec, caps: Caps, specs: Sequence[EpisodeSpec],
+                 *, context: ContextPolicy = keep_all, pad_to: int = 0):
+        """``pad_to``: run at least this many sampler rows (idle padding rows), so that batches of
+        varying size share one compiled program (see :func:`bucket`)."""
+        self.sampler, self.codec, self.caps, self.ctx = sampler, codec, caps, context
+        self.rows = [_Row(s) for s in specs]
+        self.capacity = max(len(self.rows), pad_to)
+        self.width = caps.max_obs_tokens + 2
+        self.state = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, params, version: int):
+        self.state = self.sampler.init(self.capacity)
+        toks = []
+        for r in self.rows:
+            t0 = time.perf_counter()
+            obs = r.spec.env.reset(r.spec.task, r.spec.seed)
+            r.timings["env_wall"] += time.perf_counter() - t0
+            toks.append(self._cut(r, self.codec.prompt(obs)))
+            r.segments.append(("prompt", toks[-1]))
+        self._extend(params, version, toks)
+
+    @property
+    def unfinished(self) -> int:
+        return sum(not r.done for r in self.rows)
+
+    def resume(self, params, version: int, mode: str):
+        """Next round under new parameters (``recompute``: fresh cache; ``keep``: old cache)."""
+        self.state = resume_state(self.sampler, params, self.state, version=version, mode=mode)
+
+    def advance(self, params, version: int, rng, *, token_budget: int | None = None) -> list[Trajectory]:
+        """Runs turns until every episode ends or the round's token budget is spent.
+
+        Returns the trajectories that finished during this call.
+        """
+        spent = np.zeros(len(self.rows), np.int64)
+        finished: list[Trajectory] = []
+        while True:
+            budget = np.zeros(self.capacity, np.int32)
+            budget[: len(self.rows)] = [self._turn_budget(i) for i in range(len(self.rows))]
+            if token_budget is not None:
+                budget = np.minimum(budget, np.maximum(token_budget - spent, 0)).astype(np.int32)
+            if not budget.any():
+                break
+            t0 = time.perf_counter()
+            seeds = np.zeros(self.capacity, np.uint32)
+            calls = np.zeros(self.capacity, np.uint32)
+            seeds[: len(self.rows)] = [r.spec.seed for r in self.rows]
+            calls[: len(self.rows)] = [r.gen_calls for r in self.rows]
+            keys = _row_keys(rng, seeds, calls)
+            for r, b in zip(self.rows, budget[: len(self.rows)], strict=True):
+                r.gen_calls += int(b > 0)
+            self.state, span = self.sampler.generate(params, self.state, keys, max_new_tokens=budget,
+                                                     version=version)
+            recs, status = take(self.state, span), np.asarray(self.state.status)
+            dt = time.perf_counter() - t0
+            obs_toks = [[] for _ in self.rows]
+            for i, (r, rec) in enumerate(zip(self.rows, recs[: len(self.rows)], strict=True)):
+                n = rec["tokens"].size
+                if r.done or n == 0:
+                    continue
+                spent[i] += n
+                r.timings["generation"] += dt * n / max(int(budget.sum()), 1)
+                for k, src in (("tok", "tokens"), ("lp", "logp"), ("raw", "logp_raw"), ("ver", "version")):
+                    r.gen[k].extend(rec[src].tolist())
+                turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
+                if status[i] == Status.FULL:
+                    self._close_turn(i, [])
+                    r.done, r.stop = True, StopReason.TASK_CAP
+                elif status[i] == Status.STOPPED or turn_full:
+                    obs_toks[i] = self._env_step(i)
+                else:  # paused by the round budget: resumable
+                    r.pauses.append(len(r.gen["tok"]))
+            if any(obs_toks):
+                self._extend(params, version, obs_toks)
+            for r in self.rows:
+                if r.done and r.result is None:
+                    r.result = self._trajectory(r)
+                    finished.append(r.result)
+        for r in self.rows:
+            if not r.done and r.gen["tok"]:
+                r.stop = StopReason.ROUND_BUDGET_PAUSED
+        return finished
+
+    # -- internals ---------------------------------------------------------------------------
+    def _turn_budget(self, i: int) -> int:
+        r = self.rows[i]
+        if r.done:
+            return 0
+        room = self.sampler.config.max_seq_len - int(self.state.length[i])
+        return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room), 0)
+
+    def _cut(self, r: _Row, toks: list[int]) -> list[int]:
+        """Explicit, recorded rule for over-long inputs: keep the head and the final turn marker."""
+        if len(toks) > self.width:
+            r.obs_cut += len(toks) - self.width
+            toks = toks[: self.width - 1] + toks[-1:]
+        return toks
+
+    def _extend(self, params, version, toks: list[list[int]]):
+        arr = np.zeros((self.capacity, self.width), np.int32)
+        lens = np.zeros(self.capacity, np.int32)
+        for i, t in enumerate(toks):
+            arr[i, : len(t)], lens[i] = t, len(t)
+        rewrite = self.ctx is not keep_all
+        if rewrite:
+            for i, r in enumerate(self.rows):
+                if lens[i]:
+                    r.context = np.asarray(self.ctx(r.segments), np.int32)
+            self._rebuild(params, version)
+        else:
+            self.state = self.sampler.extend(params, self.state, arr, lens, version=version)
+            host = np.asarray(self.state.tokens)
+            for i, r in enumerate(self.rows):
+                if lens[i]:
+                    r.context = host[i, : int(self.state.length[i])].copy()
+
+    def _rebuild(self, params, version):
+        """Re-prefills every unfinished row from its (rewritten) context into a fresh state."""
+        l = self.sampler.config.max_seq_len
+        arr = np.zeros((self.capacity, l), np.int32)
+        lens = np.zeros(self.capacity, np.int32)
+        for i, r in enumerate(self.rows):
+            if not r.done and r.context is not None:
+                c = r.context[:l]
+                arr[i, : c.size], lens[i] = c, c.size
+        self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens,
+                                         version=version)
+
+    def _close_turn(self, i: int, obs: list[int]):
+        r = self.rows[i]
+        a = np.asarray(r.gen["tok"], np.int32)
+        routes = None
+        if self.state.routes is not None:
+            routes = np.asarray(self.state.routes[i, : r.context.size + a.size])
+        r.turns.append(Turn(
+            context=r.context, action=a, logp=np.asarray(r.gen["lp"], np.float32),
+            logp_raw=np.asarray(r.gen["raw"], np.float32), version=np.asarray(r.gen["ver"], np.int32),
+            observation=np.asarray(obs, np.int32), routes=routes, pauses=tuple(r.pauses),
+        ))
+        r.segments.append(("action", a.tolist()))
+        if obs:
+            r.segments.append(("observation", obs))
+        r.gen = {k: [] for k in ("tok", "lp", "raw", "ver")}
+        r.pauses = []
+
+    def _env_step(self, i: int) -> list[int]:
+        """Hands the action to the environment; returns the observation tokens to append."""
+        r = self.rows[i]
+        text = self.codec.action_text(r.gen["tok"])
+        t0 = time.perf_counter()
+        try:
+            res = r.spec.env.step(text)
+        except Exception as e:  # noqa: BLE001 - a broken environment is an infra fault, not a crash
+            r.timings["env_wall"] += time.perf_counter() - t0
+            self._close_turn(i, [])
+            r.done, r.stop, r.env_error = True, StopReason.INFRA_FAULT, repr(e)
+            return []
+        r.timings["env_wall"] += time.perf_counter() - t0
+        r.timings["env"] += float(res.evidence.get("latency_s", 0.0))
+        r.calls += 1
+        r.rewards.append(float(res.reward))
+        r.final = res
+        if res.done or r.calls >= self.caps.max_tool_calls:
+            self._close_turn(i, [])
+            r.done = True
+            r.stop = StopReason(res.stop_reason or "finished") if res.done else StopReason.TASK_CAP
+            return []
+        obs = self._cut(r, self.codec.observation(res.observation))
+        self._close_turn(i, obs)
+        return obs
+
+    def _trajectory(self, r: _Row) -> Trajectory:
+        verdict = None if r.final is None or not r.final.done else r.final.verdict
+        if verdict is not None:
+            final, label = verdict.trained_reward, verdict.label.value
+            evidence = {**verdict.evidence, "tests_run": verdict.tests_run}
+            fp, vv = verdict.env_fingerprint, verdict.verifier_version
+        elif r.env_error is not None:  # the environment broke: masked, never a silent zero
+            final, label, evidence, fp, vv = None, "infra_fault", {"env_error": r.env_error}, "", ""
+        else:  # capped before the environment gave a verdict: the agent failed its task
+            final, label, evidence, fp, vv = 0.0, "fail", {}, "", ""
+        if r.obs_cut:
+            evidence = {**evidence, "observation_tokens_cut": r.obs_cut}
+        return Trajectory(
+            task_id=r.spec.task_id, task_class=r.spec.task_class, turns=r.turns, stop_reason=r.stop,
+            rewards=r.rewards, final_reward=final, label=label, reward_evidence=evidence,
+            timings=dict(r.timings), env_fingerprint=fp, verifier_version=vv,
+            submit_index=r.spec.submit_index,
+        )

@@ -1,0 +1,142 @@
+"""The real rollout worker for the scheduler, and an executor that batches its rounds.
+
+The scheduler hands out one :class:`~agentjax.sampling.queue.WorkItem` per task. Sampling one
+task at a time would waste the accelerator, so :class:`BatchingExecutor` (a virtual-clock
+executor) defers rollout rounds and, before the clock next advances, runs every deferred round
+in one batched :class:`~agentjax.sampling.rollout.Rollout` per policy version. Each row draws
+its samples from its own episode seed, and with exact kernels a row's values do not depend on
+its batch-mates, so batching changes no trajectory: the run equals the one-at-a-time run.
+
+A round's virtual duration is ``generation tokens x gen_seconds_per_token`` plus the
+environment's reported tool latencies (long-tailed in minirepo), so stragglers are real and the
+whole run stays deterministic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from agentjax.sampling.clock import Failure, SimulatedExecutor
+from agentjax.sampling.queue import RoundResult, WorkItem
+from agentjax.sampling.rollout import Caps, Codec, EpisodeSpec, Rollout, bucket
+from agentjax.sampling.sampler import Sampler
+
+
+@dataclasses.dataclass
+class SamplerWorker:
+    """Runs rollout rounds with the real sampler; ``params[v]`` holds policy version ``v``."""
+
+    sampler: Sampler
+    codec: Codec
+    caps: Caps
+    make_env: Callable[[], Any]
+    rng: jax.Array
+    gen_seconds_per_token: float = 0.01
+    context: Any = None
+    params: dict = dataclasses.field(default_factory=dict)
+
+    def publish(self, version: int, params, keep_from: int | None = None) -> None:
+        """Makes ``params`` available as ``version``; drops versions older than ``keep_from``."""
+        self.params[version] = params
+        if keep_from is not None:
+            for v in [v for v in self.params if v < keep_from]:
+                del self.params[v]
+
+    def run_round(self, item: WorkItem) -> RoundResult:
+        return self.run_rounds([item])[0]
+
+    def run_rounds(self, items: Sequence[WorkItem]) -> list[RoundResult]:
+        if any(it.state is not None or it.round_budget is not None for it in items):
+            raise NotImplementedError("SamplerWorker runs whole episodes (round_budget=None)")
+        out: list[RoundResult | None] = [None] * len(items)
+        by_version: dict[int, list[int]] = defaultdict(list)
+        for i, it in enumerate(items):
+            by_version[it.version].append(i)
+        for version, idx in sorted(by_version.items()):
+            specs = [EpisodeSpec(self.make_env(), items[i].task.task, items[i].task.seed,
+                                 items[i].task.task_id, items[i].task.task_class) for i in idx]
+            kw = {} if self.context is None else {"context": self.context}
+            ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)), **kw)
+            params = self.params[version]
+            ro.start(params, version)
+            ro.advance(params, version, self.rng)
+            for i, row in zip(idx, ro.rows, strict=True):
+                t = row.result
+                gen = t.num_action_tokens * self.gen_seconds_per_token
+                env = float(t.timings.get("env", 0.0))
+                t.timings["generation_virtual"] = gen
+                out[i] = RoundResult(state=None, trajectory=t, duration=gen + env,
+                                     generation_time=gen, env_time=env)
+        return out  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupTask:
+    """One episode of a GRPO group: the same task, its own seed."""
+
+    task: Any
+    seed: int
+    task_id: str
+    task_class: str
+
+
+class BatchingExecutor(SimulatedExecutor):
+    """A virtual-clock executor that runs deferred rollout rounds together (see module doc)."""
+
+    max_consecutive_failures = 3
+
+    def __init__(self, worker: SamplerWorker):
+        super().__init__()
+        self.worker = worker
+        self._deferred: list[tuple[int, float, WorkItem]] = []
+        self._ticket_of: dict[int, int] = {}  # clock seq of a flushed result -> submit ticket
+        self._seq_of: dict[int, int] = {}  # submit ticket -> clock seq of its flushed result
+
+    def __getstate__(self):  # snapshots hold the clock, never the worker (params, envs)
+        self.flush()
+        return {"clock": self.clock, "_deferred": [], "_ticket_of": self._ticket_of,
+                "_seq_of": self._seq_of}
+
+    def submit(self, fn, *args):
+        if getattr(fn, "__func__", None) is SamplerWorker.run_round:
+            ticket = self.clock.schedule(self.clock.now, None)  # a placeholder until flushed
+            self._deferred.append((ticket, self.clock.now, args[0]))
+            return ticket
+        return super().submit(fn, *args)
+
+    def flush(self) -> None:
+        """Runs every deferred round (skipping cancelled ones) as one batch per version."""
+        live = [d for d in self._deferred if d[0] not in self.clock._cancelled]
+        self._deferred = []
+        if not live:
+            return
+        try:
+            results = self.worker.run_rounds([item for _, _, item in live])
+            self._failures = 0
+        except Exception as e:  # noqa: BLE001 - a failed batch fails its rounds, not the run
+            self._failures = getattr(self, "_failures", 0) + 1
+            if self._failures >= self.max_consecutive_failures:  # a bug, not bad luck: be loud
+                raise RuntimeError(f"{self._failures} rollout batches failed in a row") from e
+            results = [Failure(e)] * len(live)
+        for (ticket, at, _), res in zip(live, results, strict=True):
+            self.clock.cancel(ticket)  # the placeholder
+            seq = self.clock.schedule(at + getattr(res, "duration", 0.0), res)
+            self._ticket_of[seq], self._seq_of[ticket] = ticket, seq
+
+    def cancel(self, ticket: int) -> None:
+        """Cancels a deferred round's placeholder or a flushed round's pending result (once)."""
+        seq = self._seq_of.pop(ticket, ticket)
+        self._ticket_of.pop(seq, None)
+        self.clock.cancel(seq)
+
+    def next(self):
+        self.flush()
+        seq, result = super().next()
+        ticket = self._ticket_of.pop(seq, seq)
+        self._seq_of.pop(ticket, None)
+        return ticket, result

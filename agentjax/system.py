@@ -1,0 +1,339 @@
+"""The training system: warm start, then RL through the scheduler, with evaluation and checkpoints.
+
+The one place that knows every component (``launch/train.py`` calls :func:`train`):
+
+    tasks (GRPO groups) -> Scheduler (sync | async | windowed FIFO, staleness manager)
+      -> BatchingExecutor -> SamplerWorker (batched multi-turn Rollout over host envs)
+      -> completed trajectories (journaled) -> learner batch -> jitted train step -> params v+1
+      -> weight sync to the sampler (placement) -> ... ; held-out greedy evaluation every k steps.
+
+Everything runs on a virtual clock (simulated tool latency and generation cost), so a run is a
+pure function of its config and seed; it checkpoints (orbax train state + scheduler snapshot) and
+``resume=True`` continues exactly where the last checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+from agentjax import runconfig
+from agentjax.diagnostics.evaluate import evaluate
+from agentjax.envs import minirepo
+from agentjax.learner import checkpoint as ckpt
+from agentjax.learner.batching import make_batch
+from agentjax.learner.journal import Journal
+from agentjax.learner.sft import demo_rows, sft_train
+from agentjax.learner.step import init_train_state, make_optimizer, make_train_step
+from agentjax.policy.config import ModelConfig
+from agentjax.policy.model import init_params
+from agentjax.policy.tokenizer import WordTokenizer
+from agentjax.sampling import staleness as stl
+from agentjax.sampling.context import make_context_policy
+from agentjax.sampling.rollout import Codec
+from agentjax.sampling.runlog import SchedulerConfig
+from agentjax.sampling.sampler import Sampler
+from agentjax.sampling.scheduler import Scheduler
+from agentjax.sampling.transforms import Greedy, Temperature
+from agentjax.sampling.worker import BatchingExecutor, GroupTask, SamplerWorker
+from agentjax.sharding import multihost, shard_params
+from agentjax.sharding.placement import SyncStats, make_placement, sync_weights
+from agentjax.testing.minirepo_agents import demonstrations
+from agentjax.trajectory import Trajectory
+
+
+@dataclasses.dataclass
+class Parts:
+    """What one run is built from (pure functions of the config)."""
+
+    run: runconfig.RunConfig
+    tokenizer: WordTokenizer
+    model: ModelConfig
+    codec: Codec
+    make_env: Callable[[], Any]
+    heldout: list
+    difficulty: Any
+
+
+def build(run: runconfig.RunConfig) -> Parts:
+    tok = WordTokenizer(minirepo.vocabulary())
+    model = ModelConfig.from_dict({**run.model, "vocab_size": tok.vocab_size})
+    diff = minirepo.PRESETS[run.task.difficulty]
+    if not run.task.hack_tool:
+        diff = dataclasses.replace(diff, hack_prob=0.0)
+    latency = minirepo.LONG_TAILED if run.task.latency == "long_tailed" else minirepo.FIXED
+    env_cfg = minirepo.EnvConfig(max_steps=run.task.max_steps, latency=latency)
+    heldout = [minirepo.generate(i, "heldout", diff) for i in range(run.task.eval_tasks)]
+    return Parts(run, tok, model, Codec(tok), lambda: minirepo.MinirepoEnv(env_cfg), heldout, diff)
+
+
+def task_stream(parts: Parts) -> Iterator[GroupTask]:
+    """GRPO groups: each training task ``group_size`` times in a row, each with its own seed."""
+    g, k = parts.run.rl.group_size, 0
+    while True:
+        task = minirepo.generate(parts.run.seed * 1_000_003 + k, "train", parts.difficulty)
+        for j in range(g):
+            yield GroupTask(task, seed=k * g + j, task_id=task.task_id, task_class=task.task_class)
+        k += 1
+
+
+class _Run:
+    """Mutable run state held by the learner closure (the scheduler only sees version numbers)."""
+
+    def __init__(self, parts: Parts, workdir: str, log: Callable[[str], None]):
+        self.parts, self.workdir, self.log = parts, workdir, log
+        run = parts.run
+        self.placement = make_placement(
+            run.placement.kind, {k: v for k, v in run.placement.learner_mesh.items() if v},
+            {k: v for k, v in run.placement.sampler_mesh.items() if v}, sync_every=run.placement.sync_every,
+            devices=jax.devices(),
+        )
+        self.sync = SyncStats()
+        self.tx = make_optimizer(run.optim)
+        transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
+        self.sampler = Sampler(parts.model, transform=transform, stop_tokens=(parts.codec.stop,))
+        self.greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
+        self.train_step = make_train_step(parts.model, run.loss, self.tx, transform=transform,
+                                          grad_accum=run.optim.grad_accum)
+        self.journal = Journal(os.path.join(workdir, "journal.bin"))
+        self.metrics_path = os.path.join(workdir, "metrics.jsonl")
+        self.state = None
+        self.sampler_params = None
+        self.rows: list[dict] = []
+        self.wall0 = time.perf_counter()
+        self._journaled: set[int] = set()
+
+    # -- learner, called by the scheduler ----------------------------------------------------
+    def learner(self, version: int, batch) -> int:
+        run = self.parts.run
+        trajs: list[Trajectory] = [c.trajectory for c in batch]
+        arrays, bm = make_batch(trajs, [c.weight for c in batch], rows=run.rl.batch_size,
+                                length=self.parts.model.max_seq_len)
+        if multihost.is_multiprocess():  # data parallel over every process's devices
+            arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
+        self.state, m = self.train_step(self.state, arrays)
+        new = version + 1
+        self.sampler_params = multihost.local_view(
+            sync_weights(self.placement, self.state.params, self.sampler_params, new, self.sync))
+        self.worker.publish(new, self.sampler_params, keep_from=new - run.scheduler.max_version_gap - 1)
+        gaps = [int(version - t.versions.min()) for t in trajs if t.num_action_tokens]
+        row = {"step": new, **{k: float(v) for k, v in m.items()}, **bm,
+               "labels": dict(_count(t.label for t in trajs)),
+               "classes": dict(_count(t.task_class for t in trajs)),
+               "version_gap_mean": float(np.mean(gaps)) if gaps else 0.0,
+               "version_gap_max": int(max(gaps)) if gaps else 0,
+               "weights_mean": float(np.mean([c.weight for c in batch])),
+               "virtual_time": float(self.scheduler.ex.now()),
+               "wall": time.perf_counter() - self.wall0}
+        self.rows.append(row)
+        return new
+
+    def journal_rounds(self):
+        """Appends every newly completed trajectory to the crash-safe journal."""
+        sch = self.scheduler
+        done = [t for i, t in sorted(sch.traj.items()) if i not in self._journaled and i not in sch.paused]
+        self._journaled.update(t.submit_index for t in done)
+        self.journal.append(done)
+
+
+def _count(xs):
+    out: dict = {}
+    for x in xs:
+        out[str(x)] = out.get(str(x), 0) + 1
+    return out
+
+
+def _write_rows(path: str, rows: list[dict]) -> None:
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _eval(r: _Run, params, version: int) -> dict:
+    p = r.parts
+    return evaluate(r.greedy, p.codec, p.run.caps, params, version, p.heldout, p.make_env,
+                    audit_fn=lambda task, env: env.audit(), planted=lambda t: bool(t.hack_tool),
+                    seed=10_000)
+
+
+def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
+    ws = parts.run.warm_start
+    if ws.steps == 0:
+        return params, {}
+    eps = demonstrations(ws.episodes, seed=parts.run.seed * 7919, difficulty=parts.difficulty)
+    rows = demo_rows([e.pairs for e in eps], parts.codec, parts.model.max_seq_len)
+    demo_success = float(np.mean([e.success for e in eps]))
+    params, losses = sft_train(params, parts.model, rows, steps=ws.steps, batch_size=ws.batch_size,
+                               learning_rate=ws.learning_rate, seed=parts.run.seed,
+                               log_every=max(ws.steps // 5, 1), log=log)
+    return params, {"warm_start/nll_first": losses[0], "warm_start/nll_last": losses[-1],
+                    "warm_start/demo_train_success": demo_success}
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run) -> Scheduler:
+    run = parts.run
+    s = run.scheduler
+    return Scheduler(
+        task_stream(parts), worker, r.learner, 0,
+        config=SchedulerConfig(mode=s.mode, batch_size=run.rl.batch_size, num_slots=s.num_slots,
+                               window=s.window if s.mode == "windowed_fifo" else None,
+                               learner_step_time=s.learner_step_time),
+        staleness_config=stl.StalenessConfig(batch_size=run.rl.batch_size,
+                                             max_version_gap=s.max_version_gap,
+                                             queue_capacity=max(4 * run.rl.batch_size, s.num_slots)),
+        executor=BatchingExecutor(worker),
+    )
+
+
+def _truncate_jsonl(path: str, step: int) -> None:
+    if not os.path.exists(path):
+        return
+    keep = [ln for ln in open(path) if ln.strip() and json.loads(ln).get("step", 0) <= step]
+    _atomic_write(path, "".join(keep).encode())
+
+
+def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Runs (or resumes) the configured training; returns the summary (also in summary.json)."""
+    run = runconfig.parse(cfg)  # fails before any work on an invalid config
+    os.makedirs(workdir, exist_ok=True)
+    parts = build(run)
+    r = _Run(parts, workdir, log)
+    ckdir = os.path.join(workdir, "checkpoints")
+    params0 = init_params(parts.model, jax.random.key(run.seed))
+    if multihost.is_multiprocess():
+        params0 = multihost.replicate(params0, r.placement.learner_mesh)
+    else:
+        params0 = shard_params(params0, r.placement.learner_mesh, r.placement.rules)
+    worker = SamplerWorker(r.sampler, parts.codec, run.caps, parts.make_env,
+                           rng=jax.random.key(run.seed + 1),
+                           gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
+                           context=make_context_policy(run.context.policy, run.context.arg))
+    r.worker = worker
+    if resume:
+        step = ckpt.latest_step(ckdir)
+        if step is None:
+            raise ckpt.CheckpointError(f"--resume: no checkpoint under {ckdir}")
+        target = init_train_state(params0, r.tx, run.seed)
+        restored = ckpt.restore_checkpoint(ckdir, target, step=step)
+        r.state, header = restored.state, restored.metadata["header"]
+        with open(os.path.join(ckdir, f"scheduler_{step}.pkl"), "rb") as f:
+            scheduler = Scheduler.restore(f.read(), task_stream(parts), worker, r.learner)
+        scheduler.ex.worker = worker
+        _truncate_jsonl(r.metrics_path, step)
+        r.journal.truncate(restored.metadata["journaled"])
+        log(f"resumed from step {step} ({ckdir})")
+    else:
+        if os.path.isdir(ckdir) and ckpt.latest_step(ckdir) is not None:
+            raise ckpt.CheckpointError(
+                f"{ckdir} already holds checkpoints: pass --resume to continue, or use a new --workdir"
+            )
+        for stale in (r.metrics_path, r.journal.path):
+            if os.path.exists(stale):
+                os.remove(stale)
+        demo = minirepo_success(parts)
+        log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
+        params, ws = warm_start(parts, params0, log)
+        e0 = _eval(r, multihost.local_view(params), 0)
+        log(f"warm start held-out success {e0['eval/success']:.3f}")
+        header = {"demonstrator_success": demo, **ws, "rl_start_success": e0["eval/success"]}
+        _write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
+        r.state = init_train_state(params, r.tx, run.seed)
+        if multihost.is_multiprocess():
+            r.state = multihost.replicate(r.state, r.placement.learner_mesh)
+        scheduler = _scheduler(parts, worker, r)
+    r.scheduler = scheduler
+    version = scheduler.version
+    r.sampler_params = multihost.local_view(
+        sync_weights(r.placement, r.state.params, None, version, r.sync))
+    worker.publish(version, r.sampler_params)
+    r._journaled = set(scheduler.traj)
+    last_eval = None
+    while scheduler.steps < run.rl.steps:
+        nxt = min((scheduler.steps // run.log_every + 1) * run.log_every, run.rl.steps)
+        before = scheduler.steps
+        scheduler.run(nxt)
+        r.journal_rounds()
+        if scheduler.steps == before:
+            log("task source exhausted")
+            break
+        rows, r.rows = r.rows, []
+        step = scheduler.steps
+        if step % run.rl.eval_every == 0 or step == run.rl.steps:
+            last_eval = _eval(r, multihost.local_view(r.state.params), step)
+            rows.append({"step": step, **last_eval})
+        _write_rows(r.metrics_path, rows)
+        log(_progress(rows, scheduler, r, last_eval))
+        if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
+            os.makedirs(ckdir, exist_ok=True)
+            _atomic_write(os.path.join(ckdir, f"scheduler_{step}.pkl"), scheduler.snapshot())
+            ckpt.save_checkpoint(ckdir, step, r.state, keep=2,
+                                 metadata={"header": header, "journaled": len(r.journal.read())})
+    runlog = scheduler.finish()
+    summary = summarise_run(r, runlog, header, last_eval)
+    _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
+    return summary
+
+
+def minirepo_success(parts: Parts) -> float:
+    """The imperfect scripted demonstrator's held-out success (the bar RL has to beat)."""
+    from agentjax.testing.minirepo_agents import DemonstratorAgent, success_rate  # noqa: PLC0415
+
+    return success_rate(DemonstratorAgent, parts.heldout, parts.make_env())
+
+
+def _progress(rows, scheduler, r: _Run, last_eval) -> str:
+    train_rows = [x for x in rows if "loss/total" in x]
+    last = train_rows[-1] if train_rows else {}
+    ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
+    recs = scheduler.records
+    masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
+    return (f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
+            f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
+            f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
+            f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/vs | "
+            f"{time.perf_counter() - r.wall0:.0f}s")
+
+
+def summarise_run(r: _Run, runlog, header: dict, last_eval) -> dict:
+    from agentjax.diagnostics.metrics import cost_ledger, env_pool_report, summarise  # noqa: PLC0415
+
+    s = summarise(runlog)
+    ledger = cost_ledger(runlog.records, len(runlog.step_end_times), r.parts.run.scheduler.learner_step_time)
+    pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0,
+                           runlog.elapsed)
+    return {"header": header, "final_eval": last_eval, "scheduler": _jsonable(s),
+            "cost_ledger": _jsonable(ledger), "env_pool": _jsonable(pool),
+            "params_sha256": multihost.checksum(r.state.params), "process_count": jax.process_count(),
+            "weight_sync": dataclasses.asdict(r.sync), "wall_seconds": time.perf_counter() - r.wall0}
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if dataclasses.is_dataclass(x):
+        return _jsonable(dataclasses.asdict(x))
+    return x if isinstance(x, (int, float, str, bool, type(None))) else str(x)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates the benchmark-only virtual environment holding the anchors (google-tunix, transformers,
+# torch CPU) next to agentjax, so they never become runtime dependencies of agentjax.
+#
+#   bash benchmarks/setup_anchors.sh            # -> .venv-anchors/ in the repository root
+#   .venv-anchors/bin/python benchmarks/sampler.py
+#
+# torch==2.13.0 resolves to the local CPU wheel on this machine (/opt/wheels); a plain `torch`
+# would pull a multi-GB CUDA build.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv-anchors}"
+PY="${PYTHON:-python3}"
+
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q -e "$ROOT" "google-tunix==0.1.7" "torch==2.13.0" "transformers>=4.50,<6"
+"$VENV/bin/python" - <<'PY'
+import jax, tunix, torch, transformers, agentjax
+print("anchors ready: jax", jax.__version__, "| tunix", getattr(tunix, "__version__", "0.1.7"),
+      "| torch", torch.__version__, "| transformers", transformers.__version__)
+PY

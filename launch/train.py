@@ -1,0 +1,63 @@
+"""The main job: warm start + RL on the built-in default (or any config), with a report.
+
+    python -m launch.train                                        # configs/default.py
+    python -m launch.train --config=configs/sync_exact.py --workdir=/tmp/run
+    python -m launch.train --config.rl.steps=200 --resume         # continue the last checkpoint
+
+Multi-host (TPU pods, GPU clusters): pass --coordinator_address/--num_processes/--process_id, or
+nothing where JAX can detect them (e.g. Cloud TPU); each process runs this same command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+_WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
+_RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
+_COORD = flags.DEFINE_string("coordinator_address", None, "jax.distributed coordinator host:port.")
+_NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
+_PID = flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
+
+
+def main(argv):
+    del argv
+    import jax
+
+    if _COORD.value or _NPROC.value:
+        if os.environ.get("JAX_PLATFORMS", "") == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives
+        jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
+                                   process_id=_PID.value)
+    from agentjax import report, system
+    from agentjax.learner.checkpoint import CheckpointError
+    from agentjax.policy.config import ConfigError
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        summary = system.train(_CONFIG.value, _WORKDIR.value, resume=_RESUME.value,
+                               log=lambda s: print(s, flush=True))
+    except ConfigError as e:
+        print(f"invalid config: {e}", file=sys.stderr)
+        return 2
+    except CheckpointError as e:
+        print(f"checkpoint error: {e}", file=sys.stderr)
+        return 3
+    if _CONFIG.value.get("report", True) and jax.process_index() == 0:
+        path = report.write_report(_WORKDIR.value)
+        print(f"report: {path}")
+    final = summary.get("final_eval") or {}
+    print(f"held-out success {final.get('eval/success', float('nan')):.3f} "
+          f"(warm start {summary['header'].get('rl_start_success', float('nan')):.3f}, "
+          f"demonstrator {summary['header'].get('demonstrator_success', float('nan')):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

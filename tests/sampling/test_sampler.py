@@ -1,0 +1,175 @@
+"""Sampler: transforms (by hand), records, stop tokens, budgets, determinism, no recompiles."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agentjax.policy.model import forward, init_params
+from agentjax.sampling import sampler as sampler_lib
+from agentjax.sampling.sampler import Sampler, Status, take
+from agentjax.sampling.transforms import (
+    Greedy,
+    Temperature,
+    TopK,
+    TopP,
+    compose,
+    sampling_logits,
+    token_logprobs_from_logits,
+)
+from agentjax.testing.models import tiny_dense
+
+CFG = tiny_dense(exact_tile=4)  # max_seq_len 32
+B, W = 3, 12
+LENS = np.array([8, 3, 5])
+
+
+# ---- transforms ----------------------------------------------------------------------------
+
+Z = jnp.log(jnp.array([[0.5, 0.25, 0.125, 0.125]], jnp.float32))
+
+
+def _probs(t):
+    return np.asarray(jax.nn.softmax(t(Z), axis=-1))[0]
+
+
+def test_transforms_hand_computed():
+    np.testing.assert_allclose(_probs(Greedy()), [1, 0, 0, 0])
+    # T = 0.5 squares the probabilities: (0.25, 0.0625, 0.015625, 0.015625) / 0.34375
+    np.testing.assert_allclose(_probs(Temperature(0.5)), np.array([16, 4, 1, 1]) / 22, rtol=1e-6)
+    np.testing.assert_allclose(_probs(TopK(2)), [2 / 3, 1 / 3, 0, 0], rtol=1e-6)
+    np.testing.assert_allclose(_probs(TopK(3)), [0.5, 0.25, 0.125, 0.125], rtol=1e-6)  # tie kept
+    np.testing.assert_allclose(_probs(TopP(0.5)), [1, 0, 0, 0])  # 0.5 reaches p
+    np.testing.assert_allclose(_probs(TopP(0.6)), [2 / 3, 1 / 3, 0, 0], rtol=1e-6)
+    np.testing.assert_allclose(_probs(TopP(1.0)), [0.5, 0.25, 0.125, 0.125], rtol=1e-6)
+    chain = compose(Temperature(0.5), TopK(2))  # (16, 4) / 20
+    np.testing.assert_allclose(_probs(chain), [0.8, 0.2, 0, 0], rtol=1e-6)
+    assert compose(chain, TopP(0.9)).transforms == (Temperature(0.5), TopK(2), TopP(0.9))
+
+
+def test_transform_validation():
+    for bad in (lambda: Temperature(0.0), lambda: TopK(0), lambda: TopP(0.0), lambda: TopP(1.5)):
+        with pytest.raises(ValueError, match="invalid"):
+            bad()
+
+
+def test_logprobs_hand_computed_and_tile_invariant():
+    z = jnp.tile(Z, (5, 1))
+    y = jnp.array([0, 1, 2, 3, 1])
+    for tile in (0, 2, 4):
+        lp, raw = token_logprobs_from_logits(z, y, TopK(2), tile=tile)
+        np.testing.assert_allclose(raw, np.log([0.5, 0.25, 0.125, 0.125, 0.25]), rtol=1e-6)
+        np.testing.assert_allclose(np.exp(lp), [2 / 3, 1 / 3, 0, 0, 1 / 3], rtol=1e-6)
+    s = sampling_logits(z, TopK(2), tile=2)
+    assert np.all(np.isinf(np.asarray(s)[:, 2:])) and np.all(np.isfinite(np.asarray(s)[:, :2]))
+
+
+# ---- sampler ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup():
+    params = init_params(CFG, jax.random.key(0))
+    prompts = np.random.default_rng(0).integers(4, 64, (B, W))
+    sampler = Sampler(CFG, transform=compose(Temperature(0.9), TopK(40), TopP(0.95)))
+    state = sampler.extend(params, sampler.init(B), prompts, LENS, version=7)
+    return params, prompts, sampler, state
+
+
+def _teacher_forced_logp(params, tokens, n):
+    """numpy log-softmax of a full forward pass (no cache, standard kernels)."""
+    c = CFG.replace(exact_tile=0)
+    logits = forward(params, jnp.asarray(tokens[None, :n]), jnp.arange(n)[None], config=c)[0]
+    return np.asarray(jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1))
+
+
+def test_records_match_teacher_forced_forward(setup):
+    params, prompts, sampler, state = setup
+    out, span = sampler.generate(params, state, jax.random.key(1), max_new_tokens=6, version=7)
+    np.testing.assert_array_equal(span.start, LENS)
+    np.testing.assert_array_equal(span.stop, LENS + 6)
+    np.testing.assert_array_equal(out.status, [Status.BUDGET] * B)
+    recs = take(out, span)
+    tokens = np.asarray(out.tokens)
+    for i in range(B):
+        np.testing.assert_array_equal(tokens[i, : LENS[i]], prompts[i, : LENS[i]])
+        raw = _teacher_forced_logp(params, tokens[i], LENS[i] + 6)
+        want = raw[np.arange(LENS[i] - 1, LENS[i] + 5), recs[i]["tokens"]]
+        np.testing.assert_allclose(recs[i]["logp_raw"], want, atol=2e-5)
+        assert np.all(recs[i]["logp"] > recs[i]["logp_raw"])  # T < 1 and top-k sharpen
+        np.testing.assert_array_equal(recs[i]["version"], 7)
+        np.testing.assert_array_equal(recs[i]["kv_version"], 7)
+        assert np.all(np.asarray(out.version)[i, : LENS[i]] == -1)  # prompt: not generated
+    assert recs[0]["routes"] is None
+
+
+def test_deterministic_given_rng_and_no_recompile(setup):
+    params, _, sampler, state = setup
+    gen = lambda p, key, v, n: sampler.generate(p, state, key, max_new_tokens=n, version=v)[0]
+    a = gen(params, jax.random.key(2), 1, 5)
+    size = sampler_lib._generate._cache_size()
+    b = gen(params, jax.random.key(2), 1, 5)
+    c = gen(jax.tree.map(lambda x: x * 1.01, params), jax.random.key(3), 2, 4)
+    assert sampler_lib._generate._cache_size() == size  # new params/rng/version/budget: no retrace
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.logp, b.logp)
+    assert not np.array_equal(a.tokens, c.tokens)
+    np.testing.assert_array_equal(c.length, LENS + 4)
+    np.testing.assert_array_equal(np.asarray(c.version)[np.asarray(c.version) >= 0], 2)
+
+
+def test_stop_tokens_and_per_row_budget(setup):
+    params, _, _, state = setup
+    stops = tuple(range(0, 64, 3))  # a third of the vocabulary: stops come early
+    sampler = Sampler(CFG, transform=compose(Temperature(0.9), TopK(40), TopP(0.95)), stop_tokens=stops)
+    out, span = sampler.generate(params, state, jax.random.key(4), max_new_tokens=[20, 20, 0],
+                                 version=1)
+    recs = take(out, span)
+    status = np.asarray(out.status)
+    assert recs[2]["tokens"].size == 0 and status[2] == Status.ACTIVE  # budget 0: untouched
+    for i in (0, 1):
+        toks = recs[i]["tokens"]
+        is_stop = np.isin(toks, stops)
+        if status[i] == Status.STOPPED:
+            assert is_stop[-1] and not is_stop[:-1].any()
+        else:  # 20 tokens without a stop, or the buffer filled up
+            assert not is_stop.any() and status[i] in (Status.BUDGET, Status.FULL)
+    assert (status[:2] == Status.STOPPED).any()
+    # a stopped row stays stopped; the others continue
+    again, span2 = sampler.generate(params, out, jax.random.key(5), max_new_tokens=2, version=1)
+    for i in np.flatnonzero(status == Status.STOPPED):
+        assert int(span2.stop[i]) == int(span2.start[i])
+
+
+def test_full_buffer_and_greedy(setup):
+    params, _, _, state = setup
+    greedy = Sampler(CFG, transform=Greedy())
+    out, _ = greedy.generate(params, state, jax.random.key(6), max_new_tokens=100, version=0)
+    np.testing.assert_array_equal(out.length, CFG.max_seq_len)
+    np.testing.assert_array_equal(out.status, Status.FULL)
+    gen = np.asarray(out.version) >= 0
+    np.testing.assert_array_equal(np.asarray(out.logp)[gen], 0.0)  # a point mass
+    tokens = np.asarray(out.tokens)
+    raw = _teacher_forced_logp(params, tokens[1], CFG.max_seq_len)
+    np.testing.assert_array_equal(tokens[1, LENS[1]:], raw.argmax(-1)[LENS[1] - 1 : -1])
+
+
+def test_multi_turn_extend(setup):
+    params, _, sampler, state = setup
+    out, _ = sampler.generate(params, state, jax.random.key(7), max_new_tokens=3, version=0)
+    obs = np.array([[60, 61, 62], [63, 0, 0], [0, 0, 0]])
+    out = sampler.extend(params, out, obs, [3, 1, 0], version=0)
+    np.testing.assert_array_equal(out.length, LENS + 3 + np.array([3, 1, 0]))
+    np.testing.assert_array_equal(out.cached, out.length - 1)
+    np.testing.assert_array_equal(np.asarray(out.tokens)[0, LENS[0] + 3 : LENS[0] + 6], obs[0])
+    out, span = sampler.generate(params, out, jax.random.key(8), max_new_tokens=4, version=1)
+    ver = np.asarray(out.version)
+    for i, n_obs in enumerate([3, 1, 0]):
+        row = ver[i, : int(out.length[i])]
+        want = [-1] * LENS[i] + [0] * 3 + [-1] * n_obs + [1] * 4
+        np.testing.assert_array_equal(row, want)
+        tokens = np.asarray(out.tokens)[i]
+        raw = _teacher_forced_logp(params, tokens, int(out.length[i]))
+        lo, hi = int(span.start[i]), int(span.stop[i])
+        np.testing.assert_allclose(np.asarray(out.logp_raw)[i, lo:hi],
+                                   raw[np.arange(lo - 1, hi - 1), tokens[lo:hi]], atol=2e-5)
