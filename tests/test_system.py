@@ -32,7 +32,8 @@ def _metrics(workdir):
 
 def _final_params(workdir):
     d = os.path.join(workdir, "checkpoints")
-    return ckpt.restore_checkpoint(d, step=ckpt.latest_step(d)).state.params
+    state = ckpt.restore_checkpoint(d, step=ckpt.latest_step(d)).state  # no target: a plain dict
+    return state["params"]
 
 
 @pytest.fixture(scope="module")

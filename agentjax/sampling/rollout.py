@@ -152,6 +152,7 @@ class Rollout:
         spent = np.zeros(len(self.rows), np.int64)
         finished: list[Trajectory] = []
         while True:
+            self._close_full_rows()
             budget = np.zeros(self.capacity, np.int32)
             budget[: len(self.rows)] = [self._turn_budget(i) for i in range(len(self.rows))]
             if token_budget is not None:
@@ -189,16 +190,24 @@ class Rollout:
                     r.pauses.append(len(r.gen["tok"]))
             if any(obs_toks):
                 self._extend(params, version, obs_toks)
-            for r in self.rows:
-                if r.done and r.result is None:
-                    r.result = self._trajectory(r)
-                    finished.append(r.result)
         for r in self.rows:
-            if not r.done and r.gen["tok"]:
+            if r.done and r.result is None:
+                r.result = self._trajectory(r)
+                finished.append(r.result)
+            elif not r.done and r.gen["tok"]:
                 r.stop = StopReason.ROUND_BUDGET_PAUSED
         return finished
 
     # -- internals ---------------------------------------------------------------------------
+    def _close_full_rows(self) -> None:
+        """An episode whose context filled the whole buffer hit a per-task cap: it ends there."""
+        length = np.asarray(self.state.length)
+        for i, r in enumerate(self.rows):
+            if not r.done and length[i] >= self.sampler.config.max_seq_len:
+                if r.gen["tok"]:
+                    self._close_turn(i, [])
+                r.done, r.stop = True, StopReason.TASK_CAP
+
     def _turn_budget(self, i: int) -> int:
         r = self.rows[i]
         if r.done:

@@ -116,3 +116,16 @@ def test_batch_composition_does_not_change_trajectories(params):
             np.testing.assert_array_equal(a.context, b.context)
             np.testing.assert_array_equal(a.action, b.action)
             np.testing.assert_array_equal(a.logp, b.logp)
+
+
+def test_context_overflow_ends_the_episode_as_task_cap(params):
+    """An episode whose context fills the buffer stops as a per-task cap, never hangs."""
+    small = CFG.replace(max_seq_len=24)
+    p = init_params(small, jax.random.key(0))
+    caps = Caps(max_tool_calls=20, max_action_tokens=4, max_obs_tokens=24)
+    r = Rollout(Sampler(small, stop_tokens=(TOK.eos_id,)), Codec(TOK), caps, _specs(3, seed=40))
+    r.start(p, 0)
+    trajs = r.advance(p, 0, jax.random.key(3))
+    assert len(trajs) == 3 and r.unfinished == 0
+    capped = [t for t in trajs if t.stop_reason == StopReason.TASK_CAP]
+    assert capped and all(t.final_reward == 0.0 for t in capped)
