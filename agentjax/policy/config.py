@@ -62,6 +62,7 @@ class ModelConfig:
     value_head: str = "none"
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
+    remat: str = "none"  # "layer": recompute each layer in the backward pass (jax.checkpoint)
     init_scale: float = 0.02
 
     def __post_init__(self):
@@ -75,6 +76,7 @@ class ModelConfig:
         for f in ("param_dtype", "compute_dtype", "head_dtype"):
             _check_choice(f, getattr(self, f), _DTYPES)
         _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
+        _check_choice("remat", self.remat, {"none", "layer"})
         if self.n_experts < 0:
             raise ConfigError(f"n_experts={self.n_experts} is invalid; must be >= 0 (0 = dense)")
         if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:

@@ -210,6 +210,8 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
             x, chosen, probs = L.rowwise(post, tile, x, o, forced)
         return (x, ck, cv), (chosen, probs)
 
+    if c.remat == "layer":  # keep only each layer's inputs for the backward pass
+        layer = jax.checkpoint(layer, prevent_cse=False)
     layer_ids = jnp.arange(c.n_layers, dtype=jnp.int32)
     (x, ck, cv), (chosen, probs) = jax.lax.scan(layer, (x, ck, cv), (tp["layers"], layer_ids, forced_all))
     x = L.rowwise(lambda x_: L.rms_norm(x_, tp["final_norm"], c.norm_eps), tile, x)

@@ -175,3 +175,17 @@ def test_routes_on_dense_model_rejected():
     tok, pos = _inputs(cfg)
     with pytest.raises(ValueError, match="no experts"):
         forward(p, tok, pos, config=cfg, routes=jnp.zeros((B, T, 2, 2), jnp.int32))
+
+
+def test_remat_same_values_and_gradients():
+    cfg = tiny_dense()
+    p = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    v0, g0 = jax.value_and_grad(loss(cfg))(p)
+    v1, g1 = jax.value_and_grad(loss(cfg.replace(remat="layer")))(p)
+    np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
+    with pytest.raises(ConfigError, match="remat"):
+        tiny_dense(remat="full")

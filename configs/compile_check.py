@@ -1,0 +1,38 @@
+"""Config of ``launch/compile_check.py``: which model, topology, meshes, rules and shapes.
+
+    python -m launch.compile_check --config=configs/compile_check.py --topology=v5e:16x16
+    python -m launch.compile_check --config=configs/compile_check.py --config.preset=qwen3_32b \
+        --config.mesh.fsdp=64 --config.mesh.tensor=4 --config.train.microbatches=4
+
+Mesh axis sizes may be -1 (the remaining chips). ``rules`` maps logical axis names to mesh axes:
+a name, comma-separated names, or "" (replicated). ``sampler_mesh`` and ``sampler_rules`` apply to
+the sampler slice in disaggregated placement (colocated, the sampler shares the learner's mesh).
+"""
+
+from ml_collections import ConfigDict
+
+from agentjax.sharding.rules import DEFAULT_RULES
+
+
+def _rules_dict() -> dict[str, str]:
+    as_str = lambda v: "" if v is None else v if isinstance(v, str) else ",".join(v)
+    return {k: as_str(v) for k, v in DEFAULT_RULES.items()}
+
+
+def get_config() -> ConfigDict:
+    c = ConfigDict()
+    c.preset = "qwen3_8b"  # agentjax.policy.presets.PRESETS
+    c.topology = "v5e:16x16"  # overridden by --topology
+    c.placements = "colocated,disaggregated"
+    # Compile with aot.proposed_model_patch (per-layer remat + activation-row constraints), the
+    # model change FSDP training needs at these sizes; False compiles policy/model.py as it is.
+    c.proposed_patch = True
+    c.remat = ""  # a ModelConfig.remat value, where the model has that field ("" = leave as is)
+    c.mesh = dict(data=1, fsdp=-1, tensor=1, expert=1)
+    c.sampler_mesh = dict(data=-1, fsdp=1, tensor=8, expert=1)
+    c.rules = _rules_dict()
+    c.sampler_rules = _rules_dict()
+    c.train = dict(batch=256, seq_len=2048, microbatches=1)
+    c.sample = dict(batch=256, prompt_len=1024, cache_len=4096)
+    c.optimizer = dict(learning_rate=1e-6, mu_dtype="float32")
+    return c
