@@ -18,9 +18,10 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+import grain
 import jax
 import numpy as np
 
@@ -74,14 +75,16 @@ def build(run: runconfig.RunConfig) -> Parts:
     return Parts(run, tok, model, Codec(tok), lambda: minirepo.MinirepoEnv(env_cfg), heldout, diff)
 
 
-def task_stream(parts: Parts) -> Iterator[GroupTask]:
-    """GRPO groups: each training task ``group_size`` times in a row, each with its own seed."""
-    g, k = parts.run.rl.group_size, 0
-    while True:
-        task = minirepo.generate(parts.run.seed * 1_000_003 + k, "train", parts.difficulty)
-        for j in range(g):
-            yield GroupTask(task, seed=k * g + j, task_id=task.task_id, task_class=task.task_class)
-        k += 1
+def task_dataset(parts: Parts) -> grain.MapDataset:
+    """GRPO groups as a grain dataset: each training task ``group_size`` times in a row, each
+    member with its own seed. Its iterator state checkpoints with the run (exact resume)."""
+    g, base, diff = parts.run.rl.group_size, parts.run.seed * 1_000_003, parts.difficulty
+
+    def member(i: int) -> GroupTask:
+        task = minirepo.generate(base + i // g, "train", diff)
+        return GroupTask(task, seed=int(i), task_id=task.task_id, task_class=task.task_class)
+
+    return grain.MapDataset.range(1 << 40).map(member)
 
 
 class _Run:
@@ -188,11 +191,11 @@ def _atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run) -> Scheduler:
+def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run, tasks) -> Scheduler:
     run = parts.run
     s = run.scheduler
     return Scheduler(
-        task_stream(parts), worker, r.learner, 0,
+        tasks, worker, r.learner, 0,
         config=SchedulerConfig(mode=s.mode, batch_size=run.rl.batch_size, num_slots=s.num_slots,
                                window=s.window if s.mode == "windowed_fifo" else None,
                                learner_step_time=s.learner_step_time),
@@ -234,8 +237,10 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         target = init_train_state(params0, r.tx, run.seed)
         restored = ckpt.restore_checkpoint(ckdir, target, step=step)
         r.state, header = restored.state, restored.metadata["header"]
+        tasks = iter(task_dataset(parts))
+        tasks.set_state(restored.metadata["data_iterator"])
         with open(os.path.join(ckdir, f"scheduler_{step}.pkl"), "rb") as f:
-            scheduler = Scheduler.restore(f.read(), task_stream(parts), worker, r.learner)
+            scheduler = Scheduler.restore(f.read(), tasks, worker, r.learner, skip_drawn=False)
         scheduler.ex.worker = worker
         _truncate_jsonl(r.metrics_path, step)
         r.journal.truncate(restored.metadata["journaled"])
@@ -258,7 +263,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         r.state = init_train_state(params, r.tx, run.seed)
         if multihost.is_multiprocess():
             r.state = multihost.replicate(r.state, r.placement.learner_mesh)
-        scheduler = _scheduler(parts, worker, r)
+        tasks = iter(task_dataset(parts))
+        scheduler = _scheduler(parts, worker, r, tasks)
     r.scheduler = scheduler
     version = scheduler.version
     r.sampler_params = multihost.local_view(
@@ -285,7 +291,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
             os.makedirs(ckdir, exist_ok=True)
             _atomic_write(os.path.join(ckdir, f"scheduler_{step}.pkl"), scheduler.snapshot())
             ckpt.save_checkpoint(ckdir, step, r.state, keep=2,
-                                 metadata={"header": header, "journaled": len(r.journal.read())})
+                                 metadata={"header": header, "journaled": len(r.journal.read()),
+                                           "data_iterator": tasks.get_state()})
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
     _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())

@@ -12,7 +12,7 @@ def get_config():
     c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
     c.task.eval_tasks = 16
     c.warm_start.update(episodes=64, steps=10, batch_size=16)
-    c.rl.update(steps=6, group_size=4, batch_size=16, eval_every=3)
+    c.rl.update(steps=12, group_size=4, batch_size=16, eval_every=6)
     c.scheduler.update(num_slots=32, window=16)
     c.checkpoint_every = 2
     c.log_every = 1

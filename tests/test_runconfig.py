@@ -10,7 +10,7 @@ from configs import default, smoke
 def test_default_and_smoke_parse():
     run = parse(default.get_config())
     assert run.scheduler.mode == "windowed_fifo" and run.loss.name == "grpo"
-    assert parse(smoke.get_config()).rl.steps == 6
+    assert parse(smoke.get_config()).rl.steps == 12
 
 
 @pytest.mark.parametrize(
