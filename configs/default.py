@@ -1,4 +1,4 @@
-"""The default run: a tiny model learns the minirepo bug-fix task on a 2-core CPU in minutes.
+"""The default run: a tiny model trained on the minirepo bug-fix task on a 2-core CPU.
 
 Warm start on an imperfect scripted demonstrator (~62% held-out), then GRPO-family RL with an
 IcePop consistency filter under windowed-FIFO scheduling on a virtual clock (long-tailed tool
