@@ -28,7 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.context = dict(policy="keep_all", arg=0)
     c.loss = dict(name="grpo", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean",
                   filter="icepop", icepop_low=0.5, icepop_high=2.0)
-    c.optim = dict(learning_rate=1e-3, warmup_steps=0, grad_clip=1.0, grad_accum=1)
+    c.optim = dict(learning_rate=2e-4, warmup_steps=0, grad_clip=1.0, grad_accum=1)
     c.checkpoint_every = 25
     c.log_every = 5
     c.report = True
