@@ -123,9 +123,13 @@ class _Run:
             arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
         self.state, m = self.train_step(self.state, arrays)
         new = version + 1
+        synced = self.sync.syncs
         self.sampler_params = multihost.local_view(
             sync_weights(self.placement, self.state.params, self.sampler_params, new, self.sync))
-        self.worker.publish(new, self.sampler_params, keep_from=new - run.scheduler.max_version_gap - 1)
+        if self.placement.colocated or self.sync.syncs > synced:
+            self.sampler_version = new  # else the sampler keeps older weights (sync_every > 1)
+        self.worker.publish(new, self.sampler_params, keep_from=new - run.scheduler.max_version_gap - 1,
+                            behaviour_version=self.sampler_version)
         gaps = [int(version - t.versions.min()) for t in trajs if t.num_action_tokens]
         row = {"step": new, **{k: float(v) for k, v in m.items()}, **bm,
                "labels": dict(_count(t.label for t in trajs)),
@@ -269,6 +273,7 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     version = scheduler.version
     r.sampler_params = multihost.local_view(
         sync_weights(r.placement, r.state.params, None, version, r.sync))
+    r.sampler_version = version
     worker.publish(version, r.sampler_params)
     r._journaled = set(scheduler.traj)
     last_eval = None

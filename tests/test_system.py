@@ -121,3 +121,24 @@ def jax_leaves(tree):
     import jax
 
     return jax.tree.leaves(tree)
+
+
+def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
+    """A sampler that syncs every 2 steps samples with weights of even versions only; tokens
+    record those versions, not the scheduler's newer one."""
+    from agentjax.learner.journal import Journal
+
+    wd = tmp_path / "disagg"
+    env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    out = subprocess.run(
+        _cmd(str(wd), "--config.placement.kind=disaggregated", "--config.placement.sync_every=2",
+             "--config.placement.sampler_mesh.data=1", "--config.rl.steps=4",
+             "--config.checkpoint_every=0"),
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.load(open(wd / "summary.json"))
+    assert summary["weight_sync"]["syncs"] == 3 and summary["weight_sync"]["skipped"] == 2
+    assert summary["weight_sync"]["bytes"] > 0
+    versions = {int(v) for t in Journal(wd / "journal.bin").read() for v in t.versions}
+    assert versions and all(v % 2 == 0 for v in versions), versions
+    assert max(versions) >= 2

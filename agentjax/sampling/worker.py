@@ -29,7 +29,8 @@ from agentjax.sampling.sampler import Sampler
 
 @dataclasses.dataclass
 class SamplerWorker:
-    """Runs rollout rounds with the real sampler; ``params[v]`` holds policy version ``v``."""
+    """Runs rollout rounds with the real sampler; ``params[v]`` holds the weights (and their true
+    behaviour version) that the sampler uses at scheduler version ``v``."""
 
     sampler: Sampler
     codec: Codec
@@ -40,9 +41,14 @@ class SamplerWorker:
     context: Any = None
     params: dict = dataclasses.field(default_factory=dict)
 
-    def publish(self, version: int, params, keep_from: int | None = None) -> None:
-        """Makes ``params`` available as ``version``; drops versions older than ``keep_from``."""
-        self.params[version] = params
+    def publish(self, version: int, params, keep_from: int | None = None,
+                behaviour_version: int | None = None) -> None:
+        """Makes ``params`` the sampler's weights for scheduler ``version``; drops older versions.
+
+        ``behaviour_version``: the learner version those weights really are (older than
+        ``version`` when a disaggregated sampler syncs only every k steps); tokens record it.
+        """
+        self.params[version] = (params, version if behaviour_version is None else behaviour_version)
         if keep_from is not None:
             for v in [v for v in self.params if v < keep_from]:
                 del self.params[v]
@@ -62,9 +68,9 @@ class SamplerWorker:
                                  items[i].task.task_id, items[i].task.task_class) for i in idx]
             kw = {} if self.context is None else {"context": self.context}
             ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)), **kw)
-            params = self.params[version]
-            ro.start(params, version)
-            ro.advance(params, version, self.rng)
+            params, behaviour = self.params[version]
+            ro.start(params, behaviour)
+            ro.advance(params, behaviour, self.rng)
             for i, row in zip(idx, ro.rows, strict=True):
                 t = row.result
                 gen = t.num_action_tokens * self.gen_seconds_per_token
