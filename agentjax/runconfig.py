@@ -148,6 +148,9 @@ def parse(cfg) -> RunConfig:
         raise ConfigError(
             f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
         )
+    if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
+        raise ConfigError("loss.advantage='gae' needs a critic: set model.value_head to one of "
+                          "['shared', 'separate'] (it is 'none')")
     if rl.temperature <= 0:
         raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
     return RunConfig(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,6 +109,7 @@ class _Run:
         self.journal = Journal(os.path.join(workdir, "journal.bin"))
         self.metrics_path = os.path.join(workdir, "metrics.jsonl")
         self.state = None
+        self.ref_params = None  # the frozen reference policy (the warm start) when loss.kl_coef > 0
         self.sampler_params = None
         self.rows: list[dict] = []
         self.wall0 = time.perf_counter()
@@ -121,7 +123,7 @@ class _Run:
                                 length=self.parts.model.max_seq_len)
         if multihost.is_multiprocess():  # data parallel over every process's devices
             arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
-        self.state, m = self.train_step(self.state, arrays)
+        self.state, m = self.train_step(self.state, arrays, self.ref_params)
         new = version + 1
         synced = self.sync.syncs
         self.sampler_params = multihost.local_view(
@@ -224,6 +226,7 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     parts = build(run)
     r = _Run(parts, workdir, log)
     ckdir = os.path.join(workdir, "checkpoints")
+    refdir = os.path.join(workdir, "reference")
     params0 = init_params(parts.model, jax.random.key(run.seed))
     if multihost.is_multiprocess():
         params0 = multihost.replicate(params0, r.placement.learner_mesh)
@@ -248,6 +251,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         scheduler.ex.worker = worker
         _truncate_jsonl(r.metrics_path, step)
         r.journal.truncate(restored.metadata["journaled"])
+        if run.loss.kl_coef:
+            r.ref_params = ckpt.restore_checkpoint(refdir, params0, step=0).state
         log(f"resumed from step {step} ({ckdir})")
     else:
         if os.path.isdir(ckdir) and ckpt.latest_step(ckdir) is not None:
@@ -257,6 +262,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         for stale in (r.metrics_path, r.journal.path):
             if os.path.exists(stale):
                 os.remove(stale)
+        if os.path.isdir(refdir):  # a reference left by a run that never reached a checkpoint
+            shutil.rmtree(refdir)
         demo = minirepo_success(parts)
         log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
         params, ws = warm_start(parts, params0, log)
@@ -267,6 +274,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         r.state = init_train_state(params, r.tx, run.seed)
         if multihost.is_multiprocess():
             r.state = multihost.replicate(r.state, r.placement.learner_mesh)
+        if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume
+            r.ref_params = r.state.params
+            ckpt.save_checkpoint(refdir, 0, r.ref_params)
         tasks = iter(task_dataset(parts))
         scheduler = _scheduler(parts, worker, r, tasks)
     r.scheduler = scheduler

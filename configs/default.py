@@ -15,7 +15,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.model = dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=256,
-                   max_seq_len=96, exact_tile=8)
+                   max_seq_len=96, exact_tile=8, value_head="none")
     c.task = dict(name="minirepo", difficulty="default", latency="long_tailed", max_steps=6,
                   eval_tasks=256, hack_tool=True)
     c.caps = dict(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
@@ -27,7 +27,9 @@ def get_config() -> ml_collections.ConfigDict:
                        sampler_mesh=dict(data=0, fsdp=0, tensor=0), sync_every=1)
     c.context = dict(policy="keep_all", arg=0)
     c.loss = dict(name="grpo", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean",
-                  filter="icepop", icepop_low=0.5, icepop_high=2.0)
+                  filter="icepop", icepop_low=0.5, icepop_high=2.0,
+                  advantage="group", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
+                  kl_coef=0.0, kl_kind="k3")  # advantage="gae" needs model.value_head != "none"
     c.optim = dict(learning_rate=2e-4, warmup_steps=0, grad_clip=1.0, grad_accum=1)
     c.checkpoint_every = 25
     c.log_every = 5

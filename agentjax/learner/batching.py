@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agentjax.objectives.advantages import needs_bootstrap
 from agentjax.trajectory import Trajectory, to_rows
 
 
@@ -38,7 +39,11 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
 
     Rows beyond the trajectories' own are all-zero with ``loss_mask`` 0 (they change nothing).
     Padded positions get position ``length`` so their cache writes are dropped and no real token
-    attends to them. Returns the arrays and bookkeeping metrics.
+    attends to them. Besides the group advantages, every batch carries what a critic needs for
+    GAE (:mod:`agentjax.learner.critic`): ``step_reward`` (the episode's reward on the last action
+    token of its last row), ``bootstrap`` (1 where the row does not end the episode: a round
+    budget cut, a row cut at ``length``, a rewritten context's earlier turn) and ``lengths``.
+    Returns the arrays and bookkeeping metrics.
     """
     rewards = [float(t.final_reward) for t in trajs]
     adv = group_advantages_np(rewards, [t.task_id for t in trajs], scale=scale)
@@ -49,10 +54,15 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
     version = np.full((rows, length), -1, np.int32)
     a = np.zeros((rows,), np.float32)
     w = np.zeros((rows,), np.float32)
+    step_reward = np.zeros((rows, length), np.float32)
+    boot = np.zeros((rows,), np.float32)
+    lengths = np.zeros((rows,), np.int32)
     routes, r = None, 0
     truncated = 0
     for t, wt, ad in zip(trajs, weights, adv, strict=True):
-        for row in to_rows(t):
+        t_rows = to_rows(t)
+        cut_by_system = bool(needs_bootstrap([t.stop_reason])[0])
+        for k, row in enumerate(t_rows):
             if r >= rows:
                 raise ValueError(f"batch needs more than {rows} rows; raise learner rows")
             n = min(row.tokens.size, length)
@@ -63,10 +73,15 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
                 if routes is None:
                     routes = np.zeros((rows, length, *row.routes.shape[1:]), np.int32)
                 routes[r, :n] = row.routes[:n]
-            a[r], w[r] = ad, wt
+            a[r], w[r], lengths[r] = ad, wt, n
+            acts = np.flatnonzero(mask[r, :n])
+            ends = k == len(t_rows) - 1 and n == row.tokens.size and not cut_by_system
+            if ends and acts.size:
+                step_reward[r, acts[-1]] = float(t.final_reward)
+            boot[r] = 0.0 if ends else 1.0
             r += 1
     batch = {"tokens": tok, "positions": pos, "loss_mask": mask, "behav_logp": logp,
-             "advantages": a, "weight": w}
+             "advantages": a, "weight": w, "step_reward": step_reward, "bootstrap": boot, "lengths": lengths}
     if routes is not None:
         batch["routes"] = routes
     groups = defaultdict(list)

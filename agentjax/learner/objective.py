@@ -16,6 +16,7 @@ from agentjax import objectives as obj
 
 LOSSES = ("ppo", "grpo", "gspo", "cispo", "mis_po", "hispo")
 FILTERS = ("none", "icepop", "kpop")
+ADVANTAGES = ("group", "gae")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,10 @@ class LossConfig:
     hispo_mismatch_bounds: tuple[float, float] = (0.5, 2.0)
     hispo_staleness_bounds: tuple[float, float] = (0.2, 5.0)
     value_coef: float = 0.0
+    advantage: str = "group"  # "group": GRPO-family group advantages; "gae": critic + GAE
+    gamma: float = 1.0  # GAE: discount per action token
+    gae_lambda: float = 0.95
+    whiten: bool = True  # GAE: normalise advantages over the batch's action tokens
 
     def __post_init__(self):
         if self.name not in LOSSES:
@@ -46,6 +51,15 @@ class LossConfig:
                 f"loss.aggregation={self.aggregation!r} is invalid; "
                 f"allowed values: {list(obj.AGGREGATION_MODES)}"
             )
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(
+                f"loss.advantage={self.advantage!r} is invalid; allowed values: {list(ADVANTAGES)}")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
+            raise ValueError(
+                f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: each must be in [0, 1]")
+        if self.advantage == "gae" and self.value_coef <= 0:
+            raise ValueError(f"loss.value_coef={self.value_coef} is invalid with loss.advantage='gae'; "
+                             "must be > 0 (the critic has to learn)")
         if self.kl_kind not in ("k1", "k2", "k3"):
             raise ValueError(f"loss.kl_kind={self.kl_kind!r} is invalid; allowed: ['k1', 'k2', 'k3']")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
@@ -66,6 +80,9 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     ``batch`` holds ``loss_mask``, ``behav_logp``, ``advantages`` ([B] or [B, T]), ``weight`` [B]
     (staleness down-weight, 1 = full), and optionally ``train_at_behavior_logp`` (the learner's
     recompute at the behaviour version, for HisPO and the filters) and ``returns`` (for a critic).
+    ``values`` are the critic's state values aligned with the tokens, ``V(c_t)`` for the token at
+    ``t`` (:func:`agentjax.learner.critic.state_values`); ``ref_logp`` the frozen reference
+    policy's log-probs of the same tokens.
     """
     # The down-weight w scales each sequence's advantages (every loss here is linear in A for
     # w >= 0); w = 0 drops the row. Folded into the mask it would cancel in a per-sequence mean,
@@ -111,7 +128,7 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
         metrics["loss/kl"] = kl
     if cfg.value_coef and values is not None:
         vmask = batch["loss_mask"]
-        vloss = 0.5 * obj.masked_mean((values - batch["returns"]) ** 2, vmask)
+        vloss = 0.5 * obj.masked_mean((values - jax.lax.stop_gradient(batch["returns"])) ** 2, vmask)
         loss = loss + cfg.value_coef * vloss
         metrics["loss/value"] = vloss
     w = obj.importance_weights(ref, behav, batch["loss_mask"], level="token")

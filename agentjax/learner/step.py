@@ -1,6 +1,13 @@
 """The jitted train step: score, objective, gradient accumulation, clipping, NaN/Inf guard.
 
-    state, metrics = train_step(state, batch)
+    state, metrics = train_step(state, batch)              # GRPO-family group advantages
+    state, metrics = train_step(state, batch, ref_params)  # + KL to a frozen reference policy
+
+Advantages come from the batch (``loss.advantage="group"``) or from the critic
+(``loss.advantage="gae"``: token-level GAE with truncation bootstrap over the batch's
+``step_reward`` / ``bootstrap`` / ``lengths``, see :mod:`agentjax.learner.critic`, plus the value
+loss). With ``loss.kl_coef > 0`` and ``ref_params``, the reference log-probs of the batch's tokens
+are computed once per step (no gradient) and the objective adds the KL penalty.
 
 ``TrainState`` is a pytree (step, params, optimizer state, rng), so it can be checkpointed and
 sharded. A step whose loss or gradients are not finite leaves params and optimizer state
@@ -17,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agentjax.learner import critic
 from agentjax.learner.objective import LossConfig, policy_objective
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import critic_values
@@ -73,7 +81,17 @@ def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, 
     )
     values = None
     if loss_config.value_coef and model_config.value_head != "none":
-        values = critic_values(params, batch["tokens"], batch["positions"], config=model_config)
+        raw = critic_values(params, batch["tokens"], batch["positions"], config=model_config)
+        values = critic.state_values(raw)
+        if loss_config.advantage == "gae":
+            adv, ret = critic.token_gae(raw, batch["loss_mask"], batch["step_reward"], batch["bootstrap"],
+                                        batch["lengths"], gamma=loss_config.gamma, lam=loss_config.gae_lambda)
+            if loss_config.whiten:
+                adv = critic.whiten(adv, batch["loss_mask"])
+            batch = {**batch, "advantages": adv, "returns": ret}
+    elif loss_config.advantage == "gae":
+        raise ValueError("loss.advantage='gae' needs a critic: set model.value_head to "
+                         "'shared' or 'separate'")
     return policy_objective(loss_config, batch, logp, values=values, ref_logp=batch.get("ref_logp"))
 
 
@@ -81,7 +99,12 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
-def _train_step(state: TrainState, batch, *, model_config, loss_config, tx, transform, grad_accum):
+def _train_step(state: TrainState, batch, ref_params=None, *, model_config, loss_config, tx, transform,
+                grad_accum):
+    if ref_params is not None and loss_config.kl_coef:
+        ref_logp, _ = token_logprobs(ref_params, batch["tokens"], batch["positions"], config=model_config,
+                                     transform=transform, routes=batch.get("routes"))
+        batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
     grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
     args = (model_config, loss_config, transform)
     if grad_accum == 1:
@@ -122,7 +145,7 @@ def _train_step(state: TrainState, batch, *, model_config, loss_config, tx, tran
 def make_train_step(model_config: ModelConfig, loss_config: LossConfig,
                     tx: optax.GradientTransformation, *, transform=None, grad_accum: int = 1,
                     donate: bool = False):
-    """A jitted ``(state, batch) -> (state, metrics)``.
+    """A jitted ``(state, batch, ref_params=None) -> (state, metrics)``.
 
     ``donate=True`` donates the old state's buffers. Leave it off when anything else holds the
     old parameters: colocated sampling shares the very same arrays, and asynchronous rollouts of
