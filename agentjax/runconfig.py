@@ -68,6 +68,16 @@ class ContextSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class CodefixSection:
+    """``task.name='codefix'`` (evaluation only, ``launch/eval.py``): real-sandbox tasks, scripted agents."""
+
+    tasks: tuple = ()  # bundled task names (agentjax.envs.codefix.list_tasks()); () = all of them
+    agents: tuple = ("oracle", "no_op", "wrong_fix")  # agentjax.testing.codefix_agents.AGENTS
+    inject: str = ""  # an infra fault class injected into every final verification; "" = none
+    audit: bool = True  # judge every final tree again with the independent audit (H)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     seed: int
     model: dict  # ModelConfig fields but vocab_size (taken from the tokenizer)
@@ -80,6 +90,7 @@ class RunConfig:
     context: ContextSection
     loss: LossConfig
     optim: OptimConfig
+    codefix: CodefixSection = dataclasses.field(default_factory=CodefixSection)
     checkpoint_every: int = 50  # 0: never
     log_every: int = 5
     report: bool = True
@@ -88,8 +99,9 @@ class RunConfig:
 _SECTIONS = {
     "task": TaskConfig, "caps": Caps, "warm_start": WarmStartConfig, "rl": RLConfig,
     "scheduler": SchedulerSection, "placement": PlacementSection, "context": ContextSection,
-    "loss": LossConfig, "optim": OptimConfig,
+    "loss": LossConfig, "optim": OptimConfig, "codefix": CodefixSection,
 }
+TASKS = ("minirepo", "codefix")  # codefix: evaluation of scripted agents only (no model tokenizer)
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
 
 
@@ -118,8 +130,25 @@ def _positive(field: str, value: int) -> None:
         raise ConfigError(f"{field}={value!r} is invalid; must be an integer >= 1")
 
 
-def parse(cfg) -> RunConfig:
-    """Checks a ConfigDict (or plain dict) and returns the typed :class:`RunConfig`."""
+def _check_codefix(c: CodefixSection) -> None:
+    from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
+    from agentjax.testing.codefix_agents import AGENTS  # noqa: PLC0415
+
+    for name in c.tasks:
+        _choice("codefix.tasks", name, codefix.list_tasks())
+    if not c.agents:
+        raise ConfigError(f"codefix.agents=() is invalid; name at least one of {sorted(AGENTS)}")
+    for name in c.agents:
+        _choice("codefix.agents", name, sorted(AGENTS))
+    _choice("codefix.inject", c.inject, ["", *faults.FAULT_CLASSES])
+
+
+def parse(cfg, *, evaluation: bool = False) -> RunConfig:
+    """Checks a ConfigDict (or plain dict) and returns the typed :class:`RunConfig`.
+
+    ``evaluation=True`` (``launch/eval.py``) also accepts ``task.name='codefix'``, which trains
+    nothing: it runs scripted agents in the real sandbox.
+    """
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     unknown = sorted(set(d) - _TOP)
     if unknown:
@@ -132,7 +161,12 @@ def parse(cfg) -> RunConfig:
     t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
     from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
 
-    _choice("task.name", t.name, ["minirepo"])
+    if t.name == "codefix" and not evaluation:
+        raise ConfigError("task.name='codefix' is invalid for training; allowed values: ['minirepo'] "
+                          "(codefix is evaluated with scripted agents: python -m launch.eval "
+                          "--config=configs/codefix_eval.py)")
+    _choice("task.name", t.name, TASKS)
+    _check_codefix(parts["codefix"])
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
     _choice("task.latency", t.latency, ["fixed", "long_tailed"])
     _choice("scheduler.mode", s.mode, MODES)

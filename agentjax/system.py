@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from agentjax import runconfig
+from agentjax.diagnostics import tbevents
 from agentjax.diagnostics.evaluate import evaluate
 from agentjax.envs import minirepo
 from agentjax.learner import checkpoint as ckpt
@@ -165,6 +166,7 @@ def _write_rows(path: str, rows: list[dict]) -> None:
             f.write(json.dumps(r) + "\n")
         f.flush()
         os.fsync(f.fileno())
+    tbevents.write_rows(os.path.join(os.path.dirname(path), "tb"), rows)  # TensorBoard scalars
 
 
 def _eval(r: _Run, params, version: int) -> dict:

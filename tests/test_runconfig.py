@@ -50,3 +50,38 @@ def test_batch_must_hold_whole_groups():
     c.rl.batch_size = 60
     with pytest.raises(ConfigError, match="multiple of rl.group_size"):
         parse(c)
+
+
+def _codefix():
+    c = default.get_config()
+    c.task.name = "codefix"
+    return c
+
+
+def test_codefix_is_for_evaluation_only():
+    match = r"task.name='codefix' is invalid for training; allowed values: \['minirepo'\]"
+    with pytest.raises(ConfigError, match=match):
+        parse(_codefix())
+    run = parse(_codefix(), evaluation=True)
+    assert run.task.name == "codefix" and run.codefix.agents == ("oracle", "no_op", "wrong_fix")
+    c = default.get_config()
+    c.task.name = "swe"
+    match = r"task.name='swe' is invalid; allowed values: \['minirepo', 'codefix'\]"
+    with pytest.raises(ConfigError, match=match):
+        parse(c, evaluation=True)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("tasks", ("clamp", "nosuch"), r"codefix.tasks='nosuch' is invalid; allowed values: \["),
+        ("agents", ("oracle", "cheater"), r"codefix.agents='cheater' is invalid; allowed values: \["),
+        ("agents", (), r"codefix.agents=\(\) is invalid"),
+        ("inject", "meteor", r"codefix.inject='meteor' is invalid; allowed values: \['', 'sandbox_start'"),
+    ],
+)
+def test_bad_codefix_value_names_field(field, value, match):
+    c = _codefix().to_dict()
+    c["codefix"] = {field: value}
+    with pytest.raises(ConfigError, match=match):
+        parse(c, evaluation=True)
