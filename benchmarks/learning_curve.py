@@ -24,7 +24,7 @@ def main(workdir: str, out: str = "docs/learning.md") -> None:
         "# Learning curve of the default run",
         "",
         f"Made by `python benchmarks/learning_curve.py {workdir}` from that run's `metrics.jsonl`.",
-        f"Wall time of the whole command: {summary.get('wall_seconds', float('nan')):.0f} s "
+        f"Wall time inside `system.train` (summary.json): {summary.get('wall_seconds', float('nan')):.0f} s "
         f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
         "",
         f"- scripted imperfect demonstrator, greedy held-out success: **{demo:.3f}**",

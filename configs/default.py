@@ -19,8 +19,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.task = dict(name="minirepo", difficulty="default", latency="long_tailed", max_steps=6,
                   eval_tasks=256, hack_tool=True)
     c.caps = dict(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
-    c.warm_start = dict(episodes=2000, steps=300, batch_size=64, learning_rate=3e-3)
-    c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=25, temperature=1.0)
+    c.warm_start = dict(episodes=2000, steps=600, batch_size=64, learning_rate=3e-3)
+    c.rl = dict(steps=60, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
     c.scheduler = dict(mode="windowed_fifo", window=64, num_slots=128, max_version_gap=2,
                        gen_seconds_per_token=0.02, learner_step_time=2.0)
     c.placement = dict(kind="colocated", learner_mesh=dict(data=1, fsdp=1, tensor=1),
@@ -29,9 +29,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.loss = dict(name="grpo", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean",
                   filter="icepop", icepop_low=0.5, icepop_high=2.0,
                   advantage="group", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
-                  kl_coef=0.0, kl_kind="k3")  # advantage="gae" needs model.value_head != "none"
-    c.optim = dict(learning_rate=2e-4, warmup_steps=0, grad_clip=1.0, grad_accum=1)
-    c.checkpoint_every = 25
+                  kl_coef=0.0, kl_kind="k3", negative_scale=1.0)
+    # loss.advantage="gae" needs a critic: model.value_head "shared" or "separate"
+    c.optim = dict(learning_rate=5e-4, warmup_steps=0, grad_clip=1.0, grad_accum=1)
+    c.checkpoint_every = 20
     c.log_every = 5
     c.report = True
     return c

@@ -40,6 +40,7 @@ class LossConfig:
     gamma: float = 1.0  # GAE: discount per action token
     gae_lambda: float = 0.95
     whiten: bool = True  # GAE: normalise advantages over the batch's action tokens
+    negative_scale: float = 1.0  # multiplies negative advantages (0: learn only from better-than-average)
 
     def __post_init__(self):
         if self.name not in LOSSES:
@@ -60,6 +61,8 @@ class LossConfig:
         if self.advantage == "gae" and self.value_coef <= 0:
             raise ValueError(f"loss.value_coef={self.value_coef} is invalid with loss.advantage='gae'; "
                              "must be > 0 (the critic has to learn)")
+        if not 0.0 <= self.negative_scale <= 1.0:
+            raise ValueError(f"loss.negative_scale={self.negative_scale} is invalid; must be in [0, 1]")
         if self.kl_kind not in ("k1", "k2", "k3"):
             raise ValueError(f"loss.kl_kind={self.kl_kind!r} is invalid; allowed: ['k1', 'k2', 'k3']")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
@@ -96,6 +99,8 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     metrics = {"masked/filter_" + cfg.filter: obj.masked_mean(1.0 - keep, batch["loss_mask"])}
     m = mask * keep
     adv = batch["advantages"]
+    if cfg.negative_scale != 1.0:
+        adv = jnp.where(adv < 0, cfg.negative_scale * adv, adv)
     adv = adv * (w if adv.ndim == 1 else w[:, None])
     common = dict(aggregation=cfg.aggregation, max_len=logp.shape[1])  # Dr.GRPO constant: padded length
     if cfg.name == "ppo":

@@ -121,3 +121,19 @@ def test_reference_kl_and_value_loss_hand_computed():
         assert float(loss) == pytest.approx(0.1 * k3 + 0.5 * 1.25, rel=1e-5)
         assert float(m["loss/value"]) == pytest.approx(1.25)
         assert float(m["ess/token_frac"]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["grpo", "cispo"])
+def test_negative_scale_shrinks_only_the_negative_advantages(name):
+    logp = jnp.log(jnp.array([[0.5, 0.25], [0.4, 0.2]]))
+    mask = [[1, 1], [1, 1]]
+    full = _grad(LossConfig(name=name, filter="none"), _batch(logp, logp, mask, [1.0, -1.0]), logp)
+    half = _grad(LossConfig(name=name, filter="none", negative_scale=0.5),
+                 _batch(logp, logp, mask, [1.0, -1.0]), logp)
+    zero = _grad(LossConfig(name=name, filter="none", negative_scale=0.0),
+                 _batch(logp, logp, mask, [1.0, -1.0]), logp)
+    np.testing.assert_array_equal(half[0], full[0])  # the better-than-average row is untouched
+    np.testing.assert_allclose(half[1], 0.5 * full[1], rtol=1e-6)
+    assert np.all(zero[1] == 0.0) and np.all(full[1] != 0.0)
+    with pytest.raises(ValueError, match=r"loss.negative_scale=1.5 is invalid"):
+        LossConfig(negative_scale=1.5)
