@@ -5,12 +5,17 @@
 
 For every (preset, topology, placement) the learner's train step and the sampler's prefill and
 decode steps are compiled with the real TPU compiler (libtpu, no TPU needed) for each candidate
-setting in order; the first candidate that fits is recorded. Candidates differ in
-mesh (FSDP / tensor / expert degree), batch, sequence length and microbatches; all use the
-proposed per-layer remat and activation-row constraint (``aot.proposed_model_patch``), without
-which FSDP training does not fit at these sizes (see docs/pod_readiness.md). Takes minutes per
-case on a 2-core host (a Qwen3-8B train step: ~3.5 CPU-minutes). ``--cache`` (a JSON file) keeps
-finished cases across runs; ``--render_only`` rewrites the table from it.
+setting in order; the first candidate that fits is recorded. It fits, but it is not the largest
+setting that would. Candidates differ in mesh (FSDP / tensor / expert degree), batch, sequence
+length and microbatches, largest first; all run the model as ``aot.pod_config`` sets it up
+(``remat="layer"`` and ``activation_rows`` = the ``batch`` rule's mesh axes), without which FSDP
+training does not fit at these sizes (see docs/pod_readiness.md).
+
+A compile takes minutes on a 2-core host (a Qwen3-8B train step: ~3.5 CPU-minutes), so a
+candidate whose per-chip estimate is over the chip's HBM is not compiled: the table lists it as
+skipped, with the estimate. Both estimates are calibrated on measured rows so that they err low
+(:func:`estimate_train`, :func:`estimate_sample` and the constants below). ``--cache`` (a JSON
+file) keeps finished cases across runs; ``--render_only`` rewrites the table from it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
-from jax.sharding import PartitionSpec  # noqa: E402
 
 from agentjax.policy.presets import n_params, preset  # noqa: E402
 from agentjax.sharding import aot  # noqa: E402
@@ -37,7 +41,6 @@ _OUT = flags.DEFINE_string("out", "docs/pod_fit.md", "markdown output")
 _CACHE = flags.DEFINE_string("cache", None, "JSON file of finished cases (read and extended)")
 _RENDER_ONLY = flags.DEFINE_bool("render_only", False, "only render the cases in --cache")
 
-ROWS = PartitionSpec(("data", "fsdp"), None)  # hidden rows [B*T, D]: split like the batch
 # Learner candidates: (mesh, sequences per batch shard, train seq, microbatches), largest first.
 LEARNER = {
     "dense": [({"fsdp": -1}, 1, 4096, 1), ({"fsdp": -1}, 1, 2048, 1),
@@ -58,6 +61,22 @@ SAMPLER = {
 COLOCATED_SAMPLER = [(4, 2048, 8192), (2, 1024, 4096), (1, 1024, 2048)]
 
 
+# Estimates, to skip compiles that cannot fit. Train: parameter state (bf16 parameters and
+# gradients, float32 first and bf16 second AdamW moment: 10 bytes per parameter) over the chips,
+# plus activations per sequence per chip, measured at 4096 tokens on v5p (train peak minus the
+# state: Qwen3-8B 6.9, Qwen3-32B 14.5, 30B-A3B 9.4 GiB), scaled linearly with the sequence
+# length and by chip kind and slice: the smallest ratio measured over the three presets and both
+# placements (v5p 0.93-1.14, v5e 0.95-1.31, v6e 0.8-1.35), so that a skipped candidate is
+# clearly over HBM.
+TRAIN_ACT_GIB_4096 = {"qwen3_8b": 6.9, "qwen3_32b": 14.5, "qwen3_30b_a3b": 9.4}
+KIND_FACTOR = {"TPU v5": 0.93, "TPU v5 lite": 0.95, "TPU v6 lite": 0.8}
+TRAIN_SKIP = 0.9  # skip a learner candidate estimated above this fraction of HBM
+# Sampler: measured prefill peak / estimate_sample, smallest seen per placement (colocated, on
+# the learner's FSDP mesh: 1.15 to 2.1; disaggregated, data x tensor (x expert): 0.8 to 1.2).
+SAMPLE_RATIO = {"colocated": 1.15, "disaggregated": 0.8}
+PREVIEW = "aot.proposed_model_patch"  # cache rows compiled with the since-removed preview
+
+
 def _shards(mesh: dict[str, int]) -> int:
     return mesh["data"] * mesh["fsdp"]
 
@@ -66,13 +85,40 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _fit_learner(cfg, devices, kind, rules, opt, tried):
+def estimate_train(name: str, cfg, n_chips: int, kind: str, per: int, seq: int) -> float:
+    """Estimated train-step peak (bytes per chip) with ``per`` sequences of ``seq`` per chip."""
+    state = n_params(cfg) * 10 / n_chips
+    act = TRAIN_ACT_GIB_4096.get(name, 0.0) * aot.GiB * per * seq / 4096
+    return state + act * KIND_FACTOR.get(kind, 0.8)
+
+
+def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int,
+                    resident: int = 0) -> float:
+    """A rough prefill peak (bytes per chip): bf16 parameters over the parameter axes, the KV
+    cache, float32 logits and attention scores of ``per`` sequences per chip (see
+    :data:`SAMPLE_RATIO` for how it compares with the compiled programs)."""
+    split = mesh["fsdp"] * mesh["tensor"]
+    params = n_params(cfg) * 2 / (split * (mesh["expert"] if cfg.is_moe else 1))
+    kv = 2 * cfg.n_layers * per * cache * cfg.n_kv_heads * cfg.head_dim * 2 / mesh["tensor"]
+    logits = per * prompt * cfg.vocab_size * 4 / mesh["tensor"]
+    scores = per * cfg.n_heads * prompt * cache * 4 / mesh["tensor"]
+    return params + kv + logits + scores + resident
+
+
+def _fit_learner(name, cfg, devices, kind, rules, opt, tried):
+    hbm = aot.chip_hbm_bytes(devices[0])
     for mesh_spec, per, seq, mb in LEARNER[kind]:
         mesh = aot.topology_mesh(devices, mesh_spec)
         shape = dict(mesh.shape)
         work = aot.Workload(train_batch=_shards(shape) * per * mb, train_seq=seq, microbatches=mb)
-        with aot.proposed_model_patch(rows=ROWS, remat=True):
-            rep, p_sh, opt_bytes = aot.compile_train(cfg, mesh, rules, work, optimizer=opt)
+        est = estimate_train(name, cfg, len(devices), devices[0].device_kind, per, seq)
+        if est > TRAIN_SKIP * hbm:
+            _log(f"  train {shape} {work.train_batch}x{seq}: skipped, estimated "
+                 f"{est / aot.GiB:.1f} GiB")
+            tried.append(f"train {_mesh_str(shape)} {work.train_batch} x {seq}: not compiled, "
+                         f"estimated {est / aot.GiB:.1f} GiB > {TRAIN_SKIP:.0%} of HBM")
+            continue
+        rep, p_sh, opt_bytes = aot.compile_train(cfg, mesh, rules, work, optimizer=opt)
         _log(f"  train {shape} {work.train_batch}x{seq}: {rep.verdict().splitlines()[0]} "
              f"({rep.compile_seconds:.0f}s)")
         if rep.fits:
@@ -83,15 +129,28 @@ def _fit_learner(cfg, devices, kind, rules, opt, tried):
     return None
 
 
-def _fit_sampler(cfg, candidates, rules, make_mesh, tried, param_sh=None, resident=0):
+def _sample_skip(est: float, ratio: float) -> str:
+    return (f"prefill estimated {est / aot.GiB:.1f} GiB, x {ratio} = "
+            f"{est * ratio / aot.GiB:.1f} GiB > HBM")
+
+
+def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=None,
+                 resident=0):
     for mesh_spec, per, prompt, cache in candidates:
         mesh = make_mesh(mesh_spec)
         shape = dict(mesh.shape)
         work = aot.Workload(sample_batch=_shards(shape) * per, prompt_len=prompt, cache_len=cache)
+        est = estimate_sample(cfg, shape, per, prompt, cache, resident)
+        hbm = aot.chip_hbm_bytes(mesh.devices.flat[0])
+        if est * SAMPLE_RATIO[placement] > hbm:
+            why = _sample_skip(est, SAMPLE_RATIO[placement])
+            _log(f"  sample {shape} {work.sample_batch}x{cache}: skipped, {why}")
+            tried.append(f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: not "
+                         f"compiled, {why}")
+            continue
         try:
-            with aot.proposed_model_patch(rows=ROWS, remat=False):
-                pre, dec = aot.compile_sampler(cfg, mesh, rules, work, param_sh=param_sh,
-                                               resident_bytes=resident)
+            pre, dec = aot.compile_sampler(cfg, mesh, rules, work, param_sh=param_sh,
+                                           resident_bytes=resident)
         except ShardingError as e:
             _log(f"  sampler {shape}: {e}")
             tried.append(f"sampler {_mesh_str(shape)}: {e}")
@@ -113,17 +172,17 @@ def run_case(name: str, topology: str, placement: str, save=lambda row: None) ->
     import jax.numpy as jnp
     import optax
 
-    cfg = preset(name)
+    rules, opt = ShardingRules(), optax.adamw(1e-6, mu_dtype=jnp.float32)
+    cfg = aot.pod_config(preset(name), rules)  # per-layer remat, rows split like the batch
     kind = "moe" if cfg.is_moe else "dense"
     devices = aot.topology_devices(topology)
-    rules, opt = ShardingRules(), optax.adamw(1e-6, mu_dtype=jnp.float32)
     row = {"preset": name, "topology": topology, "chips": len(devices), "placement": placement,
            "kind": devices[0].device_kind, "hbm": aot.chip_hbm_bytes(devices[0])}
     l_dev = s_dev = devices
     if placement == "disaggregated":
         l_dev, s_dev, row["slices"] = aot.disaggregated_devices(topology)
     row["tried"] = tried = []
-    learner = _fit_learner(cfg, l_dev, kind, rules, opt, tried)
+    learner = _fit_learner(name, cfg, l_dev, kind, rules, opt, tried)
     if learner is None:
         return {**row, "fits": False, "why": "no learner candidate fits"}
     l_mesh, l_work, train, p_sh, opt_bytes = learner
@@ -133,10 +192,11 @@ def run_case(name: str, topology: str, placement: str, save=lambda row: None) ->
     save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
     if placement == "colocated":
         cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in COLOCATED_SAMPLER]
-        sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, p_sh, opt_bytes)
+        sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, placement, p_sh,
+                               opt_bytes)
     else:
         sampler = _fit_sampler(cfg, SAMPLER[kind], rules, lambda s: aot.topology_mesh(s_dev, s),
-                               tried)
+                               tried, placement)
     if sampler is None:
         return {**row, "fits": False, "why": "no sampler candidate fits"}
     s_mesh, s_work, pre, dec = sampler
@@ -164,10 +224,12 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
         "TPU compiler from libtpu on a CPU host, per-chip peak = arguments + outputs - donated",
         "aliases + temporaries + generated code (+ the optimizer state kept resident while a",
         "colocated sampler runs). Candidates are tried in a fixed order (`LEARNER`, `SAMPLER`,",
-        "`COLOCATED_SAMPLER` in the script) and the first that fits is shown: it fits, but it is",
-        "not the largest setting that would (compare peak with HBM). All rows use per-layer remat and",
-        "the activation-row constraint of `aot.proposed_model_patch` (not yet in",
-        "`policy/model.py`). AdamW with float32 first moment; bf16 parameters; float32 LM head.",
+        "`COLOCATED_SAMPLER` in the script), largest first, and the first that fits is shown: it",
+        "fits, but it is not the largest setting that would (compare peak with HBM). A candidate",
+        "whose estimate is clearly over HBM is not compiled (listed below as skipped, with the",
+        "estimate). All rows run the model as `aot.pod_config` sets it up: `remat=\"layer\"` and",
+        "`activation_rows=(\"data\", \"fsdp\")` (`ModelConfig` fields of `policy/model.py`).",
+        "AdamW with float32 first moment; bf16 parameters; float32 LM head.",
         "Disaggregated: learner on half of the chips, sampler on the other half: two halves",
         "of one slice on v5p; two slices of half the shape on v5e and v6e, whose compiler",
         "rejects programs on part of a slice (\"limited ICI routing\"; measured on v5e:16x16).",
@@ -194,20 +256,29 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
         else:
             sp = "-"
         sync = g(r["sync_per_chip"]) if "sync_per_chip" in r else "-"
-        fits = "yes" if r["fits"] else f"no: {r['why']}"
-        lines.append(f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} "
+        fits = ("yes" if r["fits"] else f"unfinished: learner fits, {r['why']}"
+                if r.get("partial") else f"no: {r['why']}")
+        mark = " *" if r.get("model") == PREVIEW else ""
+        lines.append(f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B){mark} | {topo} "
                      f"| {r['placement']} | {_mesh_str(r['learner_mesh'])} | {train} "
                      f"| {g(r['train_peak'])} | {samp} | {sb} | {sp} | {sync} | {fits} |")
     lines += ["", "Settings common to all rows: remat = per layer (full, `jax.checkpoint` of the",
               "scanned layer body); rules = `DEFAULT_RULES` (FSDP over `embed`, tensor over",
               "heads / kv heads / mlp / vocab, experts over `expert`, batch over data x fsdp).",
               ""]
+    if any(r.get("model") == PREVIEW for r in rows):
+        lines += ["\\* Compiled before the two options were in `policy/model.py`, with",
+                  "`aot.proposed_model_patch`, a since-removed preview that inserted the same",
+                  "`with_sharding_constraint` and `jax.checkpoint` at the same places of `_trunk`",
+                  "(the same program). The colocated ones among them predate the KV cache moving",
+                  "into the scan carry: their prefill / decode numbers may be high.", ""]
     notes = [f"- {r['preset']} on {r['topology']}, {r['placement']}: " + "; ".join(r["tried"])
              for r in rows if r.get("tried")]
     if notes:
-        lines += ["Larger candidates that did not fit (per-chip peak):", "", *notes, ""]
+        lines += ["Larger candidates that did not fit (per-chip peak) or were skipped:", "", *notes,
+                  ""]
     if missing:
-        lines += ["Not compiled yet (rerun the script): " + ", ".join(missing) + ".", ""]
+        lines += ["Not compiled yet (rerun the script): " + "; ".join(missing) + ".", ""]
     return "\n".join(lines)
 
 

@@ -24,10 +24,12 @@ def get_config() -> ConfigDict:
     c.preset = "qwen3_8b"  # agentjax.policy.presets.PRESETS
     c.topology = "v5e:16x16"  # overridden by --topology
     c.placements = "colocated,disaggregated"
-    # Compile with aot.proposed_model_patch (per-layer remat + activation-row constraints), the
-    # model change FSDP training needs at these sizes; False compiles policy/model.py as it is.
-    c.proposed_patch = True
-    c.remat = ""  # a ModelConfig.remat value, where the model has that field ("" = leave as is)
+    # The two model options FSDP training needs at these sizes (docs/pod_readiness.md; what
+    # aot.pod_config sets): per-layer remat, and the hidden rows [N, D] of every layer split over
+    # these mesh axes (ModelConfig.activation_rows; comma-separated, "" = no constraint). Use the
+    # mesh axes of the "batch" rule below. remat="" leaves the preset's value ("none").
+    c.remat = "layer"
+    c.activation_rows = _rules_dict()["batch"]
     c.mesh = dict(data=1, fsdp=-1, tensor=1, expert=1)
     c.sampler_mesh = dict(data=-1, fsdp=1, tensor=8, expert=1)
     c.rules = _rules_dict()

@@ -11,7 +11,6 @@ available (libtpu missing: ``pip install 'agentjax[tpu]'``) or the config is inv
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -20,11 +19,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs nothing; libtpu o
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from absl import app, flags  # noqa: E402
-from jax.sharding import PartitionSpec  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from agentjax.policy.presets import n_params, preset  # noqa: E402
 from agentjax.sharding import aot  # noqa: E402
+from agentjax.sharding.mesh import MESH_AXES  # noqa: E402
 from agentjax.sharding.rules import ShardingRules  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/compile_check.py")
@@ -46,7 +45,11 @@ def run(cfg, topology: str | None = None) -> int:
         print(f"compile_check: {e}", file=sys.stderr)
         return 2
     try:
-        model = aot.with_remat(preset(cfg.preset), cfg.remat)
+        rows = tuple(a.strip() for a in cfg.activation_rows.split(",") if a.strip())
+        if set(rows) - set(MESH_AXES):
+            raise ValueError(f"activation_rows={cfg.activation_rows!r}: unknown mesh axes "
+                             f"{sorted(set(rows) - set(MESH_AXES))}; allowed: {list(MESH_AXES)}")
+        model = aot.with_remat(preset(cfg.preset), cfg.remat).replace(activation_rows=rows)
     except (KeyError, ValueError) as e:
         print(f"compile_check: {e}", file=sys.stderr)
         return 2
@@ -61,23 +64,19 @@ def run(cfg, topology: str | None = None) -> int:
           f"chips of {devices[0].device_kind} ({aot.chip_hbm_bytes(devices[0]) / aot.GiB:.0f} GiB)")
     print(f"train {work.train_batch} x {work.train_seq} tokens ({work.microbatches} microbatches); "
           f"sample {work.sample_batch} x prompt {work.prompt_len}, cache {work.cache_len}")
-    if cfg.proposed_patch:
-        print("with aot.proposed_model_patch: per-layer remat and activation-row constraints "
-              "(not yet in policy/model.py)")
+    print(f"model: remat={model.remat!r}, activation rows over mesh axes "
+          f"{model.activation_rows or 'none (unconstrained)'}")
     failed = []
     for placement in [p.strip() for p in cfg.placements.split(",") if p.strip()]:
-        patch = (aot.proposed_model_patch(rows=PartitionSpec(("data", "fsdp"), None), remat=True)
-                 if cfg.proposed_patch else contextlib.nullcontext())
         l_dev, s_dev = devices, None
         if placement == "disaggregated":
             l_dev, s_dev, where = aot.disaggregated_devices(topology)
             print(f"disaggregated: learner and sampler on {where}")
-        with patch:
-            report = aot.check_placement(
-                model, l_dev, placement, work, learner_mesh=dict(cfg.mesh), sampler_devices=s_dev,
-                sampler_mesh=dict(cfg.sampler_mesh), rules=rules_from(cfg.rules),
-                sampler_rules=rules_from(cfg.sampler_rules), optimizer=optimizer,
-            )
+        report = aot.check_placement(
+            model, l_dev, placement, work, learner_mesh=dict(cfg.mesh), sampler_devices=s_dev,
+            sampler_mesh=dict(cfg.sampler_mesh), rules=rules_from(cfg.rules),
+            sampler_rules=rules_from(cfg.sampler_rules), optimizer=optimizer,
+        )
         print(aot.format_report(report), flush=True)
         failed += [f"{placement}/{s.name}" for s in report.steps if not s.fits]
     if failed:

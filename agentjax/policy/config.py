@@ -63,6 +63,10 @@ class ModelConfig:
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
     remat: str = "none"  # "layer": recompute each layer in the backward pass (jax.checkpoint)
+    # Mesh axes the hidden rows [N, D] (N = batch x tokens) are split over at the start of every
+    # layer (``with_sharding_constraint``; resolved on the mesh set by ``jax.set_mesh``), e.g.
+    # ("data", "fsdp"): the "batch" activation rule. () = no constraint (the model as is).
+    activation_rows: tuple[str, ...] = ()
     init_scale: float = 0.02
 
     def __post_init__(self):
@@ -77,6 +81,12 @@ class ModelConfig:
             _check_choice(f, getattr(self, f), _DTYPES)
         _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
         _check_choice("remat", self.remat, {"none", "layer"})
+        rows = self.activation_rows
+        rows = (rows,) if isinstance(rows, str) else tuple(rows)  # lists come from JSON/configs
+        if not all(isinstance(a, str) and a for a in rows) or len(set(rows)) != len(rows):
+            raise ConfigError(f"activation_rows={self.activation_rows!r} is invalid; "
+                              "a tuple of distinct mesh axis names, () for no constraint")
+        object.__setattr__(self, "activation_rows", rows)
         if self.n_experts < 0:
             raise ConfigError(f"n_experts={self.n_experts} is invalid; must be >= 0 (0 = dense)")
         if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:

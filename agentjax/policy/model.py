@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from agentjax.policy import layers as L
 from agentjax.policy.config import ModelConfig, ValueHead
@@ -161,6 +162,17 @@ def _post_attention(c: ModelConfig, p, x, o, forced):
     return x + y, chosen, probs
 
 
+def _constrain_rows(c: ModelConfig, x):
+    """Hidden rows ``[N, D]`` split over the mesh axes ``c.activation_rows`` (none: unchanged).
+
+    Without it, XLA's sharding propagation under FSDP follows the ``embed``-sharded weights and
+    every chip computes every row of the batch (see docs/pod_readiness.md).
+    """
+    if not c.activation_rows:
+        return x
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(c.activation_rows, None))
+
+
 def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
     """Embeddings and the scanned layers; returns final-normed rows [N, D], the cache and stats."""
     b, t = tokens.shape
@@ -183,6 +195,7 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
     def layer(carry, xs):
         x, ck, cv = carry
         p, i, forced = xs
+        x = _constrain_rows(c, x)
         q, k, v = L.rowwise(lambda x_, pos_: _qkv(c, p, x_, pos_), tile, x, pos_rows)
         if ck is None:
             o = L.attention_standard(

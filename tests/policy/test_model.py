@@ -189,3 +189,27 @@ def test_remat_same_values_and_gradients():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
     with pytest.raises(ConfigError, match="remat"):
         tiny_dense(remat="full")
+
+
+def test_activation_rows_constraint_same_values_and_gradients():
+    from agentjax.sharding.mesh import make_mesh
+
+    cfg = tiny_dense()
+    assert cfg.activation_rows == ()  # default: no constraint, the model as it always was
+    pod = cfg.replace(activation_rows=["data", "fsdp"], remat="layer")
+    assert pod.activation_rows == ("data", "fsdp")  # lists (JSON, ml_collections) become tuples
+    p = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    v0, g0 = jax.jit(jax.value_and_grad(loss(cfg)))(p)
+    assert "sharding_constraint" not in jax.jit(loss(cfg)).lower(p).as_text()
+    with jax.set_mesh(make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])):
+        step = jax.jit(jax.value_and_grad(loss(pod)))
+        assert "sharding_constraint" in step.lower(p).as_text()  # at the start of every layer
+        v1, g1 = step(p)
+    np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
+    for bad in [("data", "data"), ("",), (1,)]:
+        with pytest.raises(ConfigError, match="activation_rows"):
+            tiny_dense(activation_rows=bad)

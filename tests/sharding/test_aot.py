@@ -6,9 +6,11 @@ reason; nothing is skipped.
 
 import jax
 import jax.numpy as jnp
+import optax
 import pytest
 
 from agentjax.sharding import aot
+from agentjax.sharding.rules import ShardingRules
 from agentjax.testing.models import tiny_dense, tiny_moe
 from configs.compile_check import get_config
 from launch import compile_check
@@ -85,6 +87,24 @@ def test_tiny_moe_disaggregated(devices):
     assert r.weight_sync["total"] == 2 * r.weight_sync["received_per_chip"]
 
 
+def test_pod_config_row_constraint_compiles_and_saves_memory(devices):
+    # The train step of the model as it runs on a pod (remat + rows split like the batch) on an
+    # FSDP-only mesh: it compiles for the TPU and the row constraint lowers the per-chip peak.
+    mesh = aot.topology_mesh(devices, {"fsdp": 4})
+    work = aot.Workload(train_batch=8, train_seq=256)
+    opt = optax.adamw(1e-6, mu_dtype=jnp.float32)
+
+    def train(config):
+        return aot.compile_train(config, mesh, ShardingRules(), work, optimizer=opt)[0]
+
+    plain = train(tiny_dense())
+    rows = train(aot.pod_config(tiny_dense(), remat="none"))
+    pod = train(aot.pod_config(tiny_dense()))
+    for s in (plain, rows, pod):
+        _check_real(s, 4)
+    assert rows.peak_bytes < plain.peak_bytes
+
+
 def test_oom_is_reported_not_raised(devices):
     mesh = aot.topology_mesh(devices, {"data": 4})
     big = jax.ShapeDtypeStruct((5 * aot.GiB,), jnp.float32)  # 20 GiB on every 16 GiB chip
@@ -109,6 +129,15 @@ def test_cli_prints_table_and_exits_zero(devices, capsys):
     out = capsys.readouterr().out
     assert "everything fits on v5e:2x2" in out
     assert all(name in out for name in ("train", "prefill", "decode", "HBM", "AG="))
+    # The model runs as on a pod: per-layer remat, hidden rows split like the batch.
+    assert "remat='layer', activation rows over mesh axes ('data', 'fsdp')" in out
+
+
+def test_cli_rejects_unknown_activation_rows(devices, capsys):
+    cfg = _tiny_cfg()
+    cfg.activation_rows = "data,rows"
+    assert compile_check.run(cfg, TOPOLOGY) == 2
+    assert "unknown mesh axes ['rows']" in capsys.readouterr().err
 
 
 def test_cli_exits_nonzero_when_it_does_not_fit(devices, capsys, monkeypatch):
