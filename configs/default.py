@@ -20,7 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
                   eval_tasks=256, hack_tool=True)
     c.caps = dict(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
     c.warm_start = dict(episodes=2000, steps=600, batch_size=64, learning_rate=3e-3)
-    c.rl = dict(steps=60, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
+    c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
     c.scheduler = dict(mode="windowed_fifo", window=64, num_slots=128, max_version_gap=2,
                        gen_seconds_per_token=0.02, learner_step_time=2.0)
     c.placement = dict(kind="colocated", learner_mesh=dict(data=1, fsdp=1, tensor=1),
