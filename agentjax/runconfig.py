@@ -182,6 +182,9 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         raise ConfigError(
             f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
         )
+    if parts["loss"].value_coef and parts["loss"].advantage != "gae":
+        raise ConfigError(f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
+                          "loss.advantage to 'gae' (allowed values: ['group', 'gae']) or value_coef to 0")
     if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
         raise ConfigError("loss.advantage='gae' needs a critic: set model.value_head to one of "
                           "['shared', 'separate'] (it is 'none')")
