@@ -103,7 +103,6 @@ class DeviceRollout(Rollout):
         obs_arr = np.zeros((b, self.width), np.int32)
         lens = np.zeros(b, np.int32)
         self._routes = routes if self.state.routes is not None else None
-        self._tokens = tokens
         for i, r in enumerate(self.rows):
             lo, hi = int(start[i]), int(stop[i])
             if r.done or hi == lo:
