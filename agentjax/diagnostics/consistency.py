@@ -183,7 +183,9 @@ def scoring_cost(params, inputs: dict, *, config: ModelConfig, repeats: int = 3)
     for name, cfg in (("fast", config.replace(exact_tile=0)), ("exact", config)):
         value = jax.jit(lambda p, c=cfg: token_logprobs(p, tokens, positions, config=c,
                                                         routes=routes)[0])
-        grad = jax.jit(jax.grad(lambda p, c=cfg: -jnp.sum(mask * token_logprobs(
+        # value_and_grad, as a train step: with jax.grad alone XLA drops the exact forward
+        # (this loss's cotangent does not depend on it) and times the standard path only.
+        grad = jax.jit(jax.value_and_grad(lambda p, c=cfg: -jnp.sum(mask * token_logprobs(
             p, tokens, positions, config=c, routes=routes)[0])))
         out[name] = {"logprobs_s": _time(value, params, repeats=repeats),
                      "grad_s": _time(grad, params, repeats=repeats)}

@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import forward, init_cache
+from agentjax.policy.model import forward, init_cache, stack_cache, unstack_cache, unstack_layers
+from agentjax.sampling import noise
 from agentjax.sampling.transforms import sampling_logits, token_logprobs_from_logits
 
 NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
@@ -82,6 +83,23 @@ def _row_keys(rng: jax.Array, b: int) -> jax.Array:
     return jax.random.split(rng, b) if single else rng
 
 
+def _put(buf, cols, vals):
+    """``buf[i, cols[i, j]] = vals[i, j]`` where ``0 <= cols < L``; other entries are discarded.
+
+    The write goes to a copy of ``buf`` with one spare column that takes the discarded entries
+    and is then sliced off, so no index is ever out of bounds: XLA's "drop out-of-bounds"
+    scatter is not honoured on every backend (on an H200, jax 0.11, a write at column L of row
+    i landed in column 0 of row i + 1). ``cols`` is ``[B]`` (one entry per row) or ``[B, W]``.
+    """
+    b, l = buf.shape[:2]
+    cols = cols[:, None] if cols.ndim == 1 else cols
+    vals = vals.reshape(cols.shape + buf.shape[2:])
+    rows = jnp.broadcast_to(jnp.arange(b)[:, None], cols.shape)
+    cols = jnp.where((cols >= 0) & (cols < l), cols, l)
+    wide = jnp.concatenate([buf, jnp.zeros_like(buf[:, :1])], axis=1)
+    return wide.at[rows, cols].set(vals.astype(buf.dtype), mode="promise_in_bounds")[:, :l]
+
+
 def _forward_window(s: Sampler, params, state: SamplerState, start, count, width: int, version):
     """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row."""
     c = s.config
@@ -93,8 +111,7 @@ def _forward_window(s: Sampler, params, state: SamplerState, start, count, width
     logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache)
     routes = state.routes
     if c.is_moe:
-        rows = jnp.broadcast_to(jnp.arange(b)[:, None], pos.shape)
-        routes = routes.at[rows, pos].set(aux["routes"], mode="drop")
+        routes = _put(routes, pos, aux["routes"])
     cache_version = jnp.where(count > 0, jnp.minimum(state.cache_version, version),
                               state.cache_version)
     state = state._replace(cache=cache, routes=routes, cache_version=cache_version,
@@ -104,12 +121,12 @@ def _forward_window(s: Sampler, params, state: SamplerState, start, count, width
 
 @functools.partial(jax.jit, static_argnums=0)
 def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
+    params = unstack_layers(params)
     b, l = state.tokens.shape
     n = jnp.minimum(lengths.astype(jnp.int32), l - state.length)
     j = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     pos = jnp.where(j < n[:, None], state.length[:, None] + j, l)
-    rows = jnp.broadcast_to(jnp.arange(b)[:, None], pos.shape)
-    buf = state.tokens.at[rows, pos].set(tokens.astype(jnp.int32), mode="drop")
+    buf = _put(state.tokens, pos, tokens)
     new_len = state.length + n
     state = state._replace(tokens=buf, length=new_len)
     count = jnp.maximum(new_len - 1 - state.cached, 0)
@@ -122,8 +139,10 @@ def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
 @functools.partial(jax.jit, static_argnums=0)
 def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version):
     c = s.config
+    # Per-layer weights and K/V buffers in the loop (see unstack_layers); restacked at the end.
+    params = unstack_layers(params)
+    state = state._replace(cache=unstack_cache(state.cache))
     b, l = state.tokens.shape
-    rows = jnp.arange(b)
     stops = jnp.asarray(s.stop_tokens, jnp.int32)
     can_run = (state.status == Status.ACTIVE) | (state.status == Status.BUDGET)
     running0 = can_run & (budget > 0) & (state.length > 0) & (state.length < l)
@@ -139,10 +158,10 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
         z = logits[:, 0]
         zt = sampling_logits(z, s.transform, tile=c.exact_tile)
         keys = jax.vmap(jax.random.fold_in)(row_keys, st.length)
-        y = jax.vmap(jax.random.categorical)(keys, zt).astype(jnp.int32)
+        y = noise.categorical(keys, zt)
         lp, raw = token_logprobs_from_logits(z, y, s.transform, tile=c.exact_tile)
-        at = jnp.where(running, st.length, l)  # dropped for rows not running
-        put = lambda buf, v: buf.at[rows, at].set(v, mode="drop")
+        at = jnp.where(running, st.length, l)  # column l: discarded (rows not running)
+        put = lambda buf, v: _put(buf, at, v)
         st = st._replace(
             tokens=put(st.tokens, y), logp=put(st.logp, lp), logp_raw=put(st.logp_raw, raw),
             version=put(st.version, jnp.broadcast_to(version, (b,))),
@@ -161,7 +180,7 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
     status0 = jnp.where(running0, Status.ACTIVE, state.status).astype(jnp.int32)
     state = state._replace(status=status0)
     state, _, _ = jax.lax.while_loop(cond, body, (state, running0, jnp.zeros((b,), jnp.int32)))
-    return state, Span(start, state.length)
+    return state._replace(cache=stack_cache(state.cache)), Span(start, state.length)
 
 
 @dataclasses.dataclass(frozen=True)

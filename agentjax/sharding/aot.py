@@ -168,7 +168,7 @@ def compile_sampler(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work:
     params = abstract_params(config)
     p_sh = param_sh or param_shardings(params, mesh, rules, logical_axes(config))
     b = work.sample_batch
-    shape = (config.n_layers, b, work.cache_len, config.n_kv_heads, config.head_dim)
+    shape = (config.n_layers, b, config.n_kv_heads, work.cache_len + 1, config.head_dim)
     cache = {k: jax.ShapeDtypeStruct(shape, config.cdtype) for k in ("k", "v")}
     c_sh = {k: activation_sharding("cache", mesh, rules, shape) for k in cache}
     row_sh = NamedSharding(mesh, rules.spec(("batch",), mesh=mesh, shape=(b,), what="rows"))

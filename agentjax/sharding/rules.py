@@ -40,7 +40,7 @@ ACTIVATION_AXES: dict[str, tuple[str | None, ...]] = {
     "tokens": ("batch", "seq"),
     "logits": ("batch", "seq", "act_vocab"),
     "logps": ("batch", "seq"),
-    "cache": ("layers", "batch", "cache_seq", "kv_heads", "head_dim"),
+    "cache": ("layers", "batch", "kv_heads", "cache_seq", "head_dim"),
     "hidden": ("batch", "seq", "act_embed"),
 }
 

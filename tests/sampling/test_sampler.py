@@ -1,6 +1,7 @@
 """Sampler: transforms (by hand), records, stop tokens, budgets, determinism, no recompiles."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -76,6 +77,10 @@ def setup():
     return params, prompts, sampler, state
 
 
+# Exact-mode records against standard kernels: float rounding only (up to 6e-5 on an H200).
+ATOL_STANDARD = 1e-4
+
+
 def _teacher_forced_logp(params, tokens, n):
     """numpy log-softmax of a full forward pass (no cache, standard kernels)."""
     c = CFG.replace(exact_tile=0)
@@ -95,7 +100,7 @@ def test_records_match_teacher_forced_forward(setup):
         np.testing.assert_array_equal(tokens[i, : LENS[i]], prompts[i, : LENS[i]])
         raw = _teacher_forced_logp(params, tokens[i], LENS[i] + 6)
         want = raw[np.arange(LENS[i] - 1, LENS[i] + 5), recs[i]["tokens"]]
-        np.testing.assert_allclose(recs[i]["logp_raw"], want, atol=2e-5)
+        np.testing.assert_allclose(recs[i]["logp_raw"], want, atol=ATOL_STANDARD)
         assert np.all(recs[i]["logp"] > recs[i]["logp_raw"])  # T < 1 and top-k sharpen
         np.testing.assert_array_equal(recs[i]["version"], 7)
         np.testing.assert_array_equal(recs[i]["kv_version"], 7)
@@ -172,4 +177,40 @@ def test_multi_turn_extend(setup):
         raw = _teacher_forced_logp(params, tokens, int(out.length[i]))
         lo, hi = int(span.start[i]), int(span.stop[i])
         np.testing.assert_allclose(np.asarray(out.logp_raw)[i, lo:hi],
-                                   raw[np.arange(lo - 1, hi - 1), tokens[lo:hi]], atol=2e-5)
+                                   raw[np.arange(lo - 1, hi - 1), tokens[lo:hi]], atol=ATOL_STANDARD)
+
+
+def _scatter_modes(jaxpr):
+    """The ``mode`` of every scatter in a jaxpr, nested loops and calls included."""
+    modes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.startswith("scatter"):
+            modes.append(eqn.params["mode"])
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    modes += _scatter_modes(inner)
+    return modes
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_no_write_relies_on_dropping_out_of_bounds_indices(moe):
+    """Padding and finished rows write to a sink slot/column, never out of bounds: XLA:GPU (H200,
+    jax 0.11) wrote a "dropped" column-L update of row b into column 0 of row b + 1."""
+    from agentjax.testing.models import tiny_moe
+
+    cfg = tiny_moe(exact_tile=4) if moe else CFG
+    params = init_params(cfg, jax.random.key(0))
+    s = Sampler(cfg)
+    st = s.init(2)
+    toks, lens, v = jnp.zeros((2, 4), jnp.int32), jnp.array([4, 2], jnp.int32), jnp.int32(0)
+    keys = jax.random.split(jax.random.key(0), 2)
+    jaxprs = [jax.make_jaxpr(sampler_lib._extend, static_argnums=0)(s, params, st, toks, lens, v),
+              jax.make_jaxpr(sampler_lib._generate, static_argnums=0)(
+                  s, params, st, keys, jnp.array([3, 3], jnp.int32), v),
+              jax.make_jaxpr(lambda p: forward(p, toks, jnp.array([[0, 1, 2, 3], [0, 1, 32, 32]]),
+                                               config=cfg))(params)]  # the learner's exact path
+    modes = [m for j in jaxprs for m in _scatter_modes(j.jaxpr)]
+    assert len(modes) >= (10 if moe else 8)  # the cache, tokens, records (and routes) writes
+    assert jax.lax.GatherScatterMode.FILL_OR_DROP not in modes, modes

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The GPU half of the consistency contract (issue 3), as one short prepared run:
+#   1. the consistency report with XLA's deterministic-ops flag (launch/consistency.py);
+#   2. the bitwise exact-mode tests on the GPU backend;
+#   3. our sampler's throughput on the GPU (no anchors: the targets are CPU ones).
+# Usage: OUT=<dir> bash benchmarks/gpu_check.sh   (writes consistency_gpu.json, sampler_gpu.json,
+# tests_gpu.log under $OUT). Needs jax with a CUDA backend, absl-py and ml_collections.
+set -uo pipefail
+OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+export JAX_PLATFORMS=cuda PYTHONUNBUFFERED=1
+export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true"
+python3 -c "import jax; print(jax.__version__, jax.devices())" || exit 1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+rc=0
+python3 -m launch.consistency --config=configs/consistency.py \
+    --config.out="$OUT/consistency_gpu.json" || rc=1
+# conftest.py defaults JAX_PLATFORMS to cpu; the export above keeps the GPU.
+python3 -m pytest -q -p no:cacheprovider tests/diagnostics/test_consistency.py \
+    tests/sampling/test_sampler.py tests/sampling/test_partial.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
+python3 benchmarks/sampler.py --engines agentjax,agentjax_exact --repeats 3 \
+    --out "$OUT/sampler_gpu.json" || rc=1
+exit $rc
