@@ -17,7 +17,7 @@ python3 -m launch.consistency --config=configs/consistency.py \
     --config.out="$OUT/consistency_gpu.json" || rc=1
 # conftest.py defaults JAX_PLATFORMS to cpu; the export above keeps the GPU.
 python3 -m pytest -q -p no:cacheprovider tests/diagnostics/test_consistency.py \
-    tests/sampling/test_sampler.py tests/sampling/test_partial.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
+    tests/sampling/test_sampler.py tests/sampling/test_partial.py tests/sampling/test_noise.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
 python3 benchmarks/sampler.py --engines agentjax,agentjax_exact --repeats 3 \
     --out "$OUT/sampler_gpu.json" || rc=1
 exit $rc

@@ -77,12 +77,17 @@ def reward_of_tokens(completion: np.ndarray) -> float:
 class AgentjaxGRPO:
     """One GRPO iteration with agentjax's sampler, scorer and train step; each phase timed."""
 
-    def __init__(self, exact_tile: int, beta: float):
-        self.cfg = ModelConfig(**MODEL, max_seq_len=PROMPT_LEN + NEW, exact_tile=exact_tile)
+    def __init__(self, exact_tile: int, beta: float, fused_reference: bool = True):
+        # layer_unroll: the learner's layer scan fully unrolled, as tunix's Python layer loop is.
+        self.cfg = ModelConfig(**MODEL, max_seq_len=PROMPT_LEN + NEW, exact_tile=exact_tile,
+                               layer_unroll=MODEL["n_layers"])
         params = init_params(self.cfg, jax.random.key(0))
         # A frozen copy of the initial weights (the train step donates the live ones).
         self.ref_params = jax.tree.map(jnp.copy, params)
         self.beta = beta
+        # As agentjax's trainer runs it: the reference log-probs inside the train-step jit
+        # (train_step(state, batch, ref_params)); False = a separate jitted pass, timed apart.
+        self.fused_reference = fused_reference
         self.sampler = Sampler(self.cfg)
         tx = make_optimizer(OptimConfig(learning_rate=LR, b2=0.999, grad_clip=0.0))
         loss = LossConfig(name="grpo", clip_low=EPS, clip_high=EPS, kl_coef=beta, kl_kind="k3",
@@ -119,16 +124,17 @@ class AgentjaxGRPO:
         batch["positions"] = self.positions
         jax.block_until_ready(batch)
         t1 = time.perf_counter()
-        if self.beta:
+        if self.beta and not self.fused_reference:
             batch["ref_logp"] = jax.block_until_ready(
                 self.ref_logp(self.ref_params, batch["tokens"], self.positions)[0])
         t2 = time.perf_counter()
-        self.state, metrics = self.train_step(self.state, batch)
+        ref = (self.ref_params,) if self.beta and self.fused_reference else ()
+        self.state, metrics = self.train_step(self.state, batch, *ref)
         jax.block_until_ready((self.state.params, metrics))
         t3 = time.perf_counter()
         self.version += 1
         out = {"total": t3 - t0, "rollout": t1 - t0, "update": t3 - t2}
-        return out | ({"reference": t2 - t1} if self.beta else {})
+        return out | ({"reference": t2 - t1} if self.beta and not self.fused_reference else {})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,8 +241,9 @@ def median_row(runs: list[dict[str, float]]) -> dict:
 
 
 def bench_variant(beta: float, repeats: int, warmup: int, engines: list[str]) -> dict:
-    ours = {name: AgentjaxGRPO(exact_tile=8 if name == "agentjax_exact" else 0, beta=beta)
-            for name in engines if name.startswith("agentjax")}
+    ours = {name: AgentjaxGRPO(exact_tile=8 if name == "agentjax_exact" else 0, beta=beta,
+                               fused_reference=name != "agentjax_split")
+            for name in engines if name.startswith("agentjax") and (beta or name != "agentjax_split")}
     runs: dict[str, list] = {k: [] for k in ours}
 
     def between():
@@ -270,7 +277,7 @@ def format_table(results: dict) -> str:
     lines = ["| variant | engine | iteration s | rollout s | reference s | update s | "
              "tunix / engine | paired | vs 1.5x |", "|---" * 9 + "|"]
     for variant, row in results["variants"].items():
-        for eng in ("agentjax", "agentjax_exact", "tunix"):
+        for eng in ("agentjax", "agentjax_split", "agentjax_exact", "tunix"):
             if eng not in row:
                 continue
             r = row[eng]
@@ -291,7 +298,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--variants", default="kl,no_kl")
-    ap.add_argument("--engines", default="agentjax,agentjax_exact,tunix")
+    ap.add_argument("--engines", default="agentjax,agentjax_split,agentjax_exact,tunix")
     args = ap.parse_args()
     engines = args.engines.split(",")
     results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

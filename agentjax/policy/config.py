@@ -63,6 +63,10 @@ class ModelConfig:
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
     remat: str = "none"  # "layer": recompute each layer in the backward pass (jax.checkpoint)
+    # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
+    # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
+    # them all (a small model's train step ran 12% faster on CPU). The sampler always unrolls.
+    layer_unroll: int = 1
     # Mesh axes the hidden rows [N, D] (N = batch x tokens) are split over at the start of every
     # layer (``with_sharding_constraint``; resolved on the mesh set by ``jax.set_mesh``), e.g.
     # ("data", "fsdp"): the "batch" activation rule. () = no constraint (the model as is).
@@ -71,7 +75,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
-                  "d_ff", "max_seq_len", "critic_layers"):
+                  "d_ff", "max_seq_len", "critic_layers", "layer_unroll"):
             _check_positive(f, getattr(self, f))
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(

@@ -27,7 +27,7 @@ from agentjax.policy.model import param_spec
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                  "Qwen3ForCausalLM": "qwen3"}
 # ModelConfig fields a caller may set; everything else comes from config.json.
-OVERRIDABLE = ("max_seq_len", "compute_dtype", "head_dtype", "exact_tile")
+OVERRIDABLE = ("max_seq_len", "compute_dtype", "head_dtype", "exact_tile", "layer_unroll")
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
               "BOOL": np.bool_}

@@ -294,7 +294,8 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
             layer = jax.checkpoint(layer, prevent_cse=False)
         ids = jnp.arange(c.n_layers, dtype=jnp.int32)
         ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
-        (x, ck, cv), (chosen, probs) = jax.lax.scan(layer, (x, ck, cv), (tp["layers"], ids, forced_all))
+        (x, ck, cv), (chosen, probs) = jax.lax.scan(
+            layer, (x, ck, cv), (tp["layers"], ids, forced_all), unroll=min(c.layer_unroll, c.n_layers))
         cache = None if ck is None else {"k": ck, "v": cv}
     x = L.rowwise(lambda x_: L.rms_norm(x_, tp["final_norm"], c.norm_eps), tile, x)
     return x, None if fresh else cache, chosen, probs

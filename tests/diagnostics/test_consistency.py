@@ -73,7 +73,12 @@ def _learner_batch(samples, rng):
     return {"tokens": tok, "positions": pos, "routes": routes, "mask": mask, "logp": mu}
 
 
-@pytest.mark.parametrize("make", [tiny_dense, tiny_moe], ids=["dense", "moe"])
+def _unrolled_dense(**kw):
+    return tiny_dense(layer_unroll=2, **kw)  # the learner's layer scan unrolled
+
+
+@pytest.mark.parametrize("make", [tiny_dense, tiny_moe, _unrolled_dense],
+                         ids=["dense", "moe", "dense_unrolled"])
 def test_exact_mode_is_bitwise(make):
     cfg = make(exact_tile=4)
     params = init_params(cfg, jax.random.key(0))

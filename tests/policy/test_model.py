@@ -191,6 +191,21 @@ def test_remat_same_values_and_gradients():
         tiny_dense(remat="full")
 
 
+@pytest.mark.parametrize("make", [tiny_dense, tiny_moe], ids=["dense", "moe"])
+def test_layer_unroll_same_values_and_gradients(make):
+    cfg = make()
+    p = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    v0, g0 = jax.value_and_grad(loss(cfg))(p)
+    v1, g1 = jax.value_and_grad(loss(cfg.replace(layer_unroll=cfg.n_layers)))(p)
+    np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
+    with pytest.raises(ConfigError, match="layer_unroll"):
+        make(layer_unroll=0)
+
+
 def test_activation_rows_constraint_same_values_and_gradients():
     from agentjax.sharding.mesh import make_mesh
 
