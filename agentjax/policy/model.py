@@ -6,7 +6,9 @@
 position and each query attends to slots ``<= its position`` (prefill and decode are the same
 call). ``routes`` ([B, T, layers, k]) forces MoE expert choices (Rollout Routing Replay);
 ``aux["routes"]`` reports the choices made. Parameters are a plain pytree (dict of arrays) with
-layers stacked on a leading axis and scanned.
+layers stacked on a leading axis and scanned (``ModelConfig.layer_unroll`` unrolls the scan);
+the sampler passes them through :func:`unstack_layers` (a tuple of per-layer trees, run
+unrolled) once per call.
 """
 
 from __future__ import annotations
