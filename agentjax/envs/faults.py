@@ -13,7 +13,7 @@ resource or infrastructure label here is decided from evidence gathered OUTSIDE 
    ``SIGXCPU`` from ``RLIMIT_CPU`` (``agent_cpu``);
 3. the wall timeout: ``infra_fault`` (host starvation) only when, DURING the run, the tree's tasks
    were runnable-but-off-CPU for at least half the wall time (sampled from ``/proc/<tid>/stat``
-   and ``schedstat``, see :class:`agentjax.envs.sandbox._Monitor`) AND the host
+   and ``schedstat``, see :class:`agentjax.envs.accounting.Monitor`) AND the host
    CPU pressure (PSI "some") grew by at least a quarter of the wall time AND the tree had not used
    its CPU budget; otherwise ``agent_timeout``. A sleeper has no run-queue wait, so a busy
    neighbour cannot excuse it.

@@ -31,12 +31,12 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agentjax.envs import accounting
+
 SANDBOX_UID = 65534
-CGROUP_ROOT = "/sys/fs/cgroup"
 SYSTEM_RO = ("/usr", "/etc")
 _KEEP = 64 * 1024  # bytes of stdout/stderr kept from each end
 
@@ -86,7 +86,7 @@ class SandboxResult:
     killed_by_us: bool
     cpu_s: float  # CPU time of the whole tree (cgroup cpuacct, else sampled schedstat)
     runq_wait_s: float  # schedstat run-queue delay booked by the tree's tasks (sampled)
-    starved_s: float  # wall time the tree was runnable but off-CPU (sampled, see _Monitor)
+    starved_s: float  # wall time the tree was runnable but off-CPU (sampled, see accounting.Monitor)
     psi_cpu_some_s: float  # host CPU pressure stall accumulated during the run
     cgroup: dict[str, int]
     host_oom_kills: int  # kernel OOM kills anywhere on the host during the run (/proc/vmstat)
@@ -139,7 +139,7 @@ def probe() -> Isolation:
     if not _run_ok(probe_cmd):
         return Isolation(False, "bwrap could not create namespaces as an unprivileged user", bwrap, ())
     cgs = tuple(c for c in ("memory", "pids", "cpuacct")
-                if os.access(os.path.join(CGROUP_ROOT, c, "cgroup.procs"), os.W_OK))
+                if os.access(os.path.join(accounting.CGROUP_ROOT, c, "cgroup.procs"), os.W_OK))
     return Isolation(True, "ok", bwrap, cgs)
 
 
@@ -155,158 +155,6 @@ def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str) -> list[str]:
     for m in mounts:
         args += ["--bind" if m.writable else "--ro-bind", m.src, m.dst]
     return args + ["--remount-ro", "/", "--chdir", chdir]  # the root tmpfs too: only binds+/tmp
-
-
-class _Cgroup:
-    """Fresh cgroup v1 leaf groups for one run; counters read after; removed with a retry loop."""
-
-    def __init__(self, controllers: Sequence[str], limits: Limits):
-        name = f"agentjax-{uuid.uuid4().hex[:12]}"
-        self.paths = {c: os.path.join(CGROUP_ROOT, c, name) for c in controllers}
-        for c, p in self.paths.items():
-            os.mkdir(p)
-            if c == "memory":
-                _write(p, "memory.limit_in_bytes", str(limits.mem_bytes))
-                _write(p, "memory.swappiness", "0", ok_fail=True)
-            elif c == "pids":
-                _write(p, "pids.max", str(limits.pids))
-
-    def join_script(self) -> str:
-        return "".join(f'echo $$ > "{p}/cgroup.procs" && ' for p in self.paths.values())
-
-    def tids(self) -> list[int]:
-        p = self.paths.get("cpuacct") or self.paths.get("pids") or self.paths.get("memory")
-        if p is None:
-            return []
-        try:
-            with open(os.path.join(p, "tasks")) as f:
-                return [int(x) for x in f.read().split()]
-        except OSError:
-            return []
-
-    def counters(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        if "memory" in self.paths:
-            p = self.paths["memory"]
-            out["mem_failcnt"] = int(_read(p, "memory.failcnt") or 0)
-            out["mem_max_usage"] = int(_read(p, "memory.max_usage_in_bytes") or 0)
-            oc = dict(line.split() for line in (_read(p, "memory.oom_control") or "").splitlines())
-            out["mem_oom_kill"] = int(oc.get("oom_kill", 0))
-        if "pids" in self.paths:
-            ev = (_read(self.paths["pids"], "pids.events") or "max 0").split()
-            out["pids_max_events"] = int(ev[1]) if len(ev) > 1 else 0
-        if "cpuacct" in self.paths:
-            out["cpuacct_ns"] = int(_read(self.paths["cpuacct"], "cpuacct.usage") or 0)
-        return out
-
-    def kill_all(self) -> None:
-        for tid in self.tids():
-            try:
-                os.kill(tid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def remove(self) -> None:
-        for p in self.paths.values():
-            # the kernel needs a moment after the last task exits
-            for _ in range(50 if os.path.isdir(p) else 0):
-                try:
-                    os.rmdir(p)
-                    break
-                except OSError:
-                    self.kill_all()
-                    time.sleep(0.02)
-
-
-def _read(d: str, f: str) -> str | None:
-    try:
-        with open(os.path.join(d, f)) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
-def _write(d: str, f: str, v: str, ok_fail: bool = False) -> None:
-    try:
-        with open(os.path.join(d, f), "w") as fh:
-            fh.write(v)
-    except OSError:
-        if not ok_fail:
-            raise
-
-
-def _host_oom_kills() -> int:
-    for line in (_read("/proc", "vmstat") or "").splitlines():
-        if line.startswith("oom_kill "):
-            return int(line.split()[1])
-    return 0
-
-
-def _psi_cpu_some_us() -> int | None:
-    text = _read("/proc/pressure", "cpu")
-    if not text:
-        return None
-    fields = dict(kv.split("=") for kv in text.splitlines()[0].split()[1:])
-    return int(fields["total"])
-
-
-class _Monitor(threading.Thread):
-    """Samples the tree every 50 ms DURING the run: CPU used, and CPU wanted but not granted.
-
-    ``/proc/<tid>/schedstat`` gives each task's CPU time and run-queue delay, but the delay is only
-    booked when the task finally runs, so a task starved for the whole run would show none. Hence
-    the starvation estimate also counts, per sample interval in which some task of the tree was
-    runnable (state ``R`` in ``/proc/<tid>/stat``), the part of the interval the tree did not get
-    on a CPU: ``max(0, dt - d(cpu))``. A sleeping tree is never runnable, so it accrues nothing.
-    """
-
-    def __init__(self, tids: Callable[[], list[int]]):
-        super().__init__(daemon=True)
-        self._tids, self._halt, self.seen = tids, threading.Event(), {}
-        self.deficit_s = 0.0
-
-    def _sample(self) -> tuple[bool, float]:
-        runnable = False
-        for tid in self._tids():
-            text = _read(f"/proc/{tid}", "schedstat")
-            st = _read(f"/proc/{tid}", "stat")
-            if text:
-                cpu, wait = (int(x) for x in text.split()[:2])
-                old = self.seen.get(tid, (0, 0))
-                self.seen[tid] = (max(cpu, old[0]), max(wait, old[1]))
-            if st and st[st.rfind(")") + 2:][:1] == "R":
-                runnable = True
-        return runnable, sum(c for c, _ in self.seen.values()) / 1e9
-
-    def run(self) -> None:
-        t_prev, (run_prev, cpu_prev) = time.monotonic(), self._sample()
-        while not self._halt.wait(0.05):
-            t, (runnable, cpu) = time.monotonic(), self._sample()
-            if runnable or run_prev:
-                self.deficit_s += max(0.0, (t - t_prev) - (cpu - cpu_prev))
-            t_prev, run_prev, cpu_prev = t, runnable, cpu
-
-    def finish(self) -> tuple[float, float, float]:
-        """(sampled CPU s, schedstat run-queue delay s, sampled starvation deficit s)."""
-        self._halt.set()
-        self.join()
-        return (sum(c for c, _ in self.seen.values()) / 1e9,
-                sum(w for _, w in self.seen.values()) / 1e9, self.deficit_s)
-
-
-def _tree_tids(root: int) -> list[int]:
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-        out += tids
-        for t in tids:
-            kids = _read(f"/proc/{pid}/task/{t}", "children") or ""
-            todo += [int(k) for k in kids.split()]
-    return out
 
 
 def _tail(path: str) -> str:
@@ -349,9 +197,9 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         f.write(stdin_data or b"")
     rl = [*launch_prefix, "prlimit", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}", f"--as={limits.as_bytes}",
           f"--fsize={limits.fsize_bytes}", f"--nofile={limits.nofile}"]
-    cg = _Cgroup(iso.cgroups, limits) if iso.ok else None
+    cg = accounting.Cgroup(iso.cgroups, limits) if iso.ok else None
     proc: subprocess.Popen | None = None
-    monitor: _Monitor | None = None
+    monitor: accounting.Monitor | None = None
     try:
         mark_fd = os.open(mark_path, os.O_WRONLY | os.O_CREAT, 0o600)
         # Launch marker: our bash writes one byte to an fd only it holds and closes it, then execs the
@@ -367,7 +215,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
             chain = [*rl, "--", *launch, *argv]
             isolation = "UNSAFE"
         script = (cg.join_script() if cg else "") + 'exec "$@"'
-        psi0, oom0 = _psi_cpu_some_us(), _host_oom_kills()
+        psi0, oom0 = accounting.psi_cpu_some_us(), accounting.host_oom_kills()
         t0 = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err, open(in_path, "rb") as inp:
             proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *chain], stdout=out, stderr=err,
@@ -375,7 +223,8 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
                                     pass_fds=(mark_fd, *pass_fds), env=None if iso.ok else env,
                                     cwd=None if iso.ok else chdir)
         os.close(mark_fd)
-        monitor = _Monitor(lambda: sorted(set(_tree_tids(proc.pid)) | set(cg.tids() if cg else ())))
+        monitor = accounting.Monitor(
+            lambda: sorted(set(accounting.tree_tids(proc.pid)) | set(cg.tids() if cg else ())))
         monitor.start()
         cleanup = _once(on_start(proc) if on_start is not None else None)
         fired = threading.Event()
@@ -395,7 +244,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         timed_out = fired.is_set()
         wall = time.monotonic() - t0
         cpu_sampled, sched_wait_s, deficit_s = monitor.finish()
-        psi1 = _psi_cpu_some_us()
+        psi1 = accounting.psi_cpu_some_us()
         if cg:
             cg.kill_all()
         counters = cg.counters() if cg else {}
@@ -410,7 +259,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
             cpu_s=counters.get("cpuacct_ns", cpu_sampled * 1e9) / 1e9, runq_wait_s=sched_wait_s,
             starved_s=deficit_s,
             psi_cpu_some_s=(psi1 - psi0) / 1e6 if psi0 is not None and psi1 is not None else -1.0,
-            cgroup=counters, host_oom_kills=_host_oom_kills() - oom0, limits_held=held,
+            cgroup=counters, host_oom_kills=accounting.host_oom_kills() - oom0, limits_held=held,
             isolation=isolation)
     finally:  # also on an exception: no stray tree, thread, cgroup or scratch directory is left
         if monitor is not None and monitor.is_alive():
@@ -435,7 +284,7 @@ def _once(fn: Callable[[], None] | None) -> Callable[[], None]:
     return call
 
 
-def _kill_tree(proc: subprocess.Popen, cg: _Cgroup | None) -> None:
+def _kill_tree(proc: subprocess.Popen, cg: accounting.Cgroup | None) -> None:
     """Kills the process group (bwrap's pid-ns init then takes every descendant with it)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

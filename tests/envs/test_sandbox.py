@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from agentjax.envs import sandbox
+from agentjax.envs import accounting, sandbox
 from agentjax.envs.sandbox import Limits, Mount
 
 pytestmark = pytest.mark.skipif(
@@ -160,7 +160,7 @@ def test_refuses_without_isolation_unless_unsafe(monkeypatch):
 
 def test_exception_mid_run_leaves_nothing_behind(monkeypatch):
     token = uuid.uuid4().hex
-    monkeypatch.setattr(sandbox.uuid, "uuid4", lambda: uuid.UUID(token))  # a known cgroup name
+    monkeypatch.setattr(accounting.uuid, "uuid4", lambda: uuid.UUID(token))  # a known cgroup name
 
     def boom(proc):
         raise RuntimeError("hook failed")
