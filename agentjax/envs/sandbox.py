@@ -2,12 +2,17 @@
 
 Launch chain (each step ``exec``s the next, so one process tree, one process group)::
 
-    sh (root: joins fresh cgroup v1 memory/pids/cpuacct groups)
+    sh (root, started with ONLY ``LAUNCH_ENV``: joins fresh cgroup v1 memory/pids/cpuacct groups)
       -> prlimit (RLIMIT_CPU soft < hard, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE)
       -> setpriv --reuid=65534 --regid=65534 --clear-groups   (drop root BEFORE bwrap)
       -> bwrap --unshare-all (no network, new pid/ipc/uts/cgroup ns) --die-with-parent
                read-only /usr and /etc, tmpfs /tmp, fresh /proc and /dev, only chosen binds writable
       -> the command
+
+No level of the chain sees the trainer's environment (API keys, tokens): the outer ``sh`` is
+started with the explicit allow-list :data:`LAUNCH_ENV`, which every later step inherits, so
+bwrap's own pid 1 (readable at ``/proc/1/environ`` inside, same uid) holds only that; the command
+gets ``--clearenv`` plus the explicit ``env`` of :func:`run`.
 
 Bubblewrap started as root is no boundary (measured: the agent remounted ``/`` read-write), hence
 the uid drop first. cgroup v2 here has no memory controller; v1 ``memory`` and ``pids`` work and
@@ -39,6 +44,9 @@ from agentjax.envs import accounting
 SANDBOX_UID = 65534
 SYSTEM_RO = ("/usr", "/etc")
 _KEEP = 64 * 1024  # bytes of stdout/stderr kept from each end
+# The whole environment of the launcher chain (sh, prlimit, setpriv, bwrap and bwrap's pid 1):
+# an explicit allow-list, never the trainer's environment.
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -120,7 +128,7 @@ def scratch_dir(prefix: str) -> str:
 
 def _run_ok(argv: Sequence[str]) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(argv, capture_output=True, timeout=20, env=LAUNCH_ENV).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -220,7 +228,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         with open(out_path, "wb") as out, open(err_path, "wb") as err, open(in_path, "rb") as inp:
             proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *chain], stdout=out, stderr=err,
                                     stdin=inp, start_new_session=True,
-                                    pass_fds=(mark_fd, *pass_fds), env=None if iso.ok else env,
+                                    pass_fds=(mark_fd, *pass_fds), env=LAUNCH_ENV if iso.ok else env,
                                     cwd=None if iso.ok else chdir)
         os.close(mark_fd)
         monitor = accounting.Monitor(
