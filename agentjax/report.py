@@ -138,6 +138,8 @@ def headline(run: dict) -> list[str]:
         ("scripted demonstrator success", _pct(demo)),
         ("demonstrations' own success (train split)", _pct(h.get("warm_start/demo_train_success"))),
         ("warm start = RL start success", _pct(start)),
+        ("resolved versions (same seed = same metrics with these)",
+         ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()) or "n/a"),
         ("warm-start NLL first -> last", f"{_f(h.get('warm_start/nll_first'))} -> "
          f"{_f(h.get('warm_start/nll_last'))}"),
         ("audit metric H (train pass, audit fail)", f"{_f(final.get('eval/audit/H'))} "

@@ -271,7 +271,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         params, ws = warm_start(parts, params0, log)
         e0 = _eval(r, multihost.local_view(params), 0)
         log(f"warm start held-out success {e0['eval/success']:.3f}")
-        header = {"demonstrator_success": demo, **ws, "rl_start_success": e0["eval/success"]}
+        header = {"demonstrator_success": demo, **ws, "rl_start_success": e0["eval/success"],
+                  "versions": resolved_versions()}
         _write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
         r.state = init_train_state(params, r.tx, run.seed)
         if multihost.is_multiprocess():
@@ -314,6 +315,20 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     summary = summarise_run(r, runlog, header, last_eval)
     _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
     return summary
+
+
+def resolved_versions() -> dict:
+    """The resolved versions that decide a run's bits (same seed = same metrics only with these)."""
+    import importlib.metadata as md  # noqa: PLC0415
+    import platform  # noqa: PLC0415
+
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    for name in ("jax", "jaxlib", "numpy", "ml_dtypes"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def minirepo_success(parts: Parts) -> float:

@@ -62,6 +62,11 @@ def test_end_to_end_prints_progress_and_leaves_outputs(reference):
     assert "step   12 |" in stdout and "held-out success" in stdout
     rows = _metrics(wd)
     assert rows[0]["step"] == 0 and "demonstrator_success" in rows[0]["header"]
+    import importlib.metadata as md
+
+    versions = rows[0]["header"]["versions"]  # what "same seed, same metrics" depends on
+    assert {k: versions[k] for k in ("jax", "jaxlib", "numpy", "ml_dtypes")} == {
+        k: md.version(k) for k in ("jax", "jaxlib", "numpy", "ml_dtypes")}
     train = [r for r in rows if "loss/total" in r]
     assert [r["step"] for r in train] == list(range(1, 13))
     assert all(r["version_gap_max"] <= 2 for r in train)  # the configured bound
