@@ -41,7 +41,7 @@ def _recompute(s: Sampler, params, state: SamplerState, version):
     fresh = state._replace(cache=init_cache(s.config, b, l), cached=jnp.zeros_like(state.cached),
                            cache_version=jnp.full_like(state.cache_version, NO_VERSION))
     count = jnp.maximum(state.length - 1, 0)
-    return _forward_window(s, params, fresh, fresh.cached, count, l, version)[0]
+    return _forward_window(s, params, fresh, fresh.cached, count, l, version, logits=False)[0]
 
 
 def resume(sampler: Sampler, params, state: SamplerState, *, version,

@@ -100,15 +100,22 @@ def _put(buf, cols, vals):
     return wide.at[rows, cols].set(vals.astype(buf.dtype), mode="promise_in_bounds")[:, :l]
 
 
-def _forward_window(s: Sampler, params, state: SamplerState, start, count, width: int, version):
-    """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row."""
+def _forward_window(s: Sampler, params, state: SamplerState, start, count, width: int, version,
+                    *, logits: bool):
+    """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row.
+
+    Returns logits ``[B, width, V]`` when ``logits`` (decode: width 1), else ``[B, 0, V]``:
+    prefill samples nothing, so it never projects onto the vocabulary.
+    """
     c = s.config
     b, l = state.tokens.shape
     idx = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
     valid = jnp.arange(width)[None, :] < count[:, None]
     toks = jnp.take_along_axis(state.tokens, jnp.clip(idx, 0, l - 1), axis=1)
     pos = jnp.where(valid, idx, l)  # slot l: the cache write is dropped
-    logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache)
+    logits_at = None if logits else jnp.zeros((b, 0), jnp.int32)
+    logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache,
+                                 logits_at=logits_at)
     routes = state.routes
     if c.is_moe:
         routes = _put(routes, pos, aux["routes"])
@@ -130,7 +137,8 @@ def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     new_len = state.length + n
     state = state._replace(tokens=buf, length=new_len)
     count = jnp.maximum(new_len - 1 - state.cached, 0)
-    state, _ = _forward_window(s, params, state, state.cached, count, tokens.shape[1] + 1, version)
+    state, _ = _forward_window(s, params, state, state.cached, count, tokens.shape[1] + 1, version,
+                               logits=False)
     status = jnp.where(n > 0, Status.ACTIVE, state.status)
     status = jnp.where(new_len >= l, Status.FULL, status)
     return state._replace(status=status.astype(jnp.int32))
@@ -154,7 +162,7 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
     def body(carry):
         st, running, n_gen = carry
         st, logits = _forward_window(s, params, st, st.length - 1, running.astype(jnp.int32), 1,
-                                     version)
+                                     version, logits=True)
         z = logits[:, 0]
         zt = sampling_logits(z, s.transform, tile=c.exact_tile)
         keys = jax.vmap(jax.random.fold_in)(row_keys, st.length)

@@ -77,6 +77,26 @@ def test_kv_cache_decode_matches_full_forward(setup):
         np.testing.assert_array_equal(np.asarray(routes), np.asarray(aux["routes"]))
 
 
+def test_logits_at_selects_rows_of_the_full_forward(setup):
+    """Only the asked-for columns are projected; exact mode: bitwise the full call's rows."""
+    cfg, params, tok, pos, (logits, _, aux) = setup
+    cols = jnp.array([[T - 1, 0], [3, 3], [T - 1, 5]], jnp.int32)
+    fwd = jax.jit(lambda p, t, q, a: forward(p, t, q, config=cfg, logits_at=a))
+    some, _, some_aux = fwd(params, tok, pos, cols)
+    want = np.take_along_axis(np.asarray(logits), np.asarray(cols)[..., None], axis=1)
+    assert some.shape == (B, 2, cfg.vocab_size)
+    if cfg.exact:
+        np.testing.assert_array_equal(np.asarray(some), want)
+    else:
+        np.testing.assert_allclose(np.asarray(some), want, atol=2e-5, rtol=0)
+    none = fwd(params, tok, pos, jnp.zeros((B, 0), jnp.int32))[0]
+    assert none.shape == (B, 0, cfg.vocab_size)
+    if cfg.is_moe:  # the trunk's outputs do not depend on which logits were asked for
+        np.testing.assert_array_equal(np.asarray(some_aux["routes"]), np.asarray(aux["routes"]))
+    with pytest.raises(ValueError, match="logits_at"):
+        forward(params, tok, pos, config=cfg, logits_at=jnp.zeros((B,), jnp.int32))
+
+
 def test_moe_replay_reproduces_logits(setup):
     cfg, params, tok, pos, (logits, _, aux) = setup
     if not cfg.is_moe:

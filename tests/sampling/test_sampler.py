@@ -1,5 +1,8 @@
 """Sampler: transforms (by hand), records, stop tokens, budgets, determinism, no recompiles."""
 
+import math
+import re
+
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -214,3 +217,39 @@ def test_no_write_relies_on_dropping_out_of_bounds_indices(moe):
     modes = [m for j in jaxprs for m in _scatter_modes(j.jaxpr)]
     assert len(modes) >= (10 if moe else 8)  # the cache, tokens, records (and routes) writes
     assert jax.lax.GatherScatterMode.FILL_OR_DROP not in modes, modes
+
+
+def _vocab_rows(hlo_text: str, vocab: int) -> int:
+    """Largest number of vocabulary-wide rows held by any one array of a compiled program."""
+    sizes = [math.prod(int(d) for d in dims.split(",")) // vocab
+             for dims in re.findall(r"\[([\d,]+)\]", hlo_text) if dims.split(",")[-1] == str(vocab)]
+    return max(sizes, default=0)
+
+
+@pytest.mark.parametrize("tile", [0, 4], ids=["fast", "exact"])
+def test_prefill_never_projects_prompt_positions_onto_the_vocabulary(tile):
+    """The compiled prefill holds no [B, T, V] logits (the control, a forward asked for every
+    position's logits, does), and its cache is bitwise the one that forward writes."""
+    v, w = 1000, 24  # a vocabulary size no other dimension has
+    cfg = tiny_dense(vocab_size=v, max_seq_len=64, exact_tile=tile)
+    params = init_params(cfg, jax.random.key(0))
+    s = Sampler(cfg)
+    prompts = jnp.asarray(np.random.default_rng(0).integers(4, v, (B, w)), jnp.int32)
+    lens = jnp.array([w, 7, 13], jnp.int32)
+    args = (s, params, s.init(B), prompts, lens, jnp.int32(0))
+    prefill = sampler_lib._extend.lower(*args).compile()
+    assert _vocab_rows(prefill.as_text(), v) < B, "prefill computed prompt-position logits"
+    assert prefill.memory_analysis().temp_size_in_bytes < B * w * v * 4
+
+    # Control: the same window forwarded with every position's logits.
+    from agentjax.policy.model import unstack_layers
+
+    pos = jnp.where(jnp.arange(w + 1)[None] < lens[:, None] - 1, jnp.arange(w + 1)[None], 64)
+    toks = jnp.pad(prompts, ((0, 0), (0, 1)))
+    full = jax.jit(lambda p, c: forward(unstack_layers(p), toks, pos, config=cfg, cache=c)[:2])
+    assert _vocab_rows(full.lower(params, s.init(B).cache).compile().as_text(), v) >= B * w
+    if cfg.exact:
+        state = sampler_lib._extend(*args)
+        _, cache = full(params, s.init(B).cache)
+        for kv in ("k", "v"):
+            np.testing.assert_array_equal(np.asarray(state.cache[kv]), np.asarray(cache[kv]))
