@@ -72,7 +72,7 @@ class CodefixSection:
     """``task.name='codefix'`` (evaluation only, ``launch/eval.py``): real-sandbox tasks, scripted agents."""
 
     tasks: tuple = ()  # bundled task names (agentjax.envs.codefix.list_tasks()); () = all of them
-    agents: tuple = ("oracle", "no_op", "wrong_fix")  # agentjax.testing.codefix_agents.AGENTS
+    agents: tuple = ("oracle", "no_op", "wrong_fix")  # agentjax.envs.codefix.agents.AGENTS
     inject: str = ""  # an infra fault class injected into every final verification; "" = none
     audit: bool = True  # judge every final tree again with the independent audit (H)
 
@@ -132,7 +132,7 @@ def _positive(field: str, value: int) -> None:
 
 def _check_codefix(c: CodefixSection) -> None:
     from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
-    from agentjax.testing.codefix_agents import AGENTS  # noqa: PLC0415
+    from agentjax.envs.codefix.agents import AGENTS  # noqa: PLC0415
 
     for name in c.tasks:
         _choice("codefix.tasks", name, codefix.list_tasks())

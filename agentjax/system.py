@@ -40,7 +40,7 @@ from agentjax.policy.model import init_params
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.context import make_context_policy
-from agentjax.sampling.rollout import Codec
+from agentjax.policy.codec import Codec
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.scheduler import Scheduler
@@ -48,7 +48,7 @@ from agentjax.sampling.transforms import Greedy, Temperature
 from agentjax.sampling.worker import BatchingExecutor, GroupTask, SamplerWorker
 from agentjax.sharding import multihost, shard_params
 from agentjax.sharding.placement import SyncStats, make_placement, sync_weights
-from agentjax.testing.minirepo_agents import demonstrations
+from agentjax.envs.minirepo.agents import demonstrations
 from agentjax.trajectory import Trajectory
 
 
@@ -333,7 +333,7 @@ def resolved_versions() -> dict:
 
 def minirepo_success(parts: Parts) -> float:
     """The imperfect scripted demonstrator's held-out success (the bar RL has to beat)."""
-    from agentjax.testing.minirepo_agents import DemonstratorAgent, success_rate  # noqa: PLC0415
+    from agentjax.envs.minirepo.agents import DemonstratorAgent, success_rate  # noqa: PLC0415
 
     return success_rate(DemonstratorAgent, parts.heldout, parts.make_env())
 

@@ -25,7 +25,7 @@ from agentjax.envs import codefix, faults
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.envs.protocol import Label
 from agentjax.envs.sandbox import Limits
-from agentjax.testing import codefix_agents as A
+from agentjax.envs.codefix import agents as A
 
 FAULT_LIMITS = Limits(wall_s=4.0, cpu_s=2)  # starvation runs end at the wall clock
 FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),

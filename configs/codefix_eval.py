@@ -16,7 +16,7 @@ A model agent on codefix is not supported: the built-in word tokenizer covers mi
     python -m launch.eval --config=configs/codefix_eval.py --config.codefix.inject=host_kill
 """
 
-from agentjax.testing.codefix_agents import ATTACKERS, HONEST
+from agentjax.envs.codefix.agents import ATTACKERS, HONEST
 from configs import default
 
 

@@ -157,7 +157,7 @@ def evaluate_checkpoint(cfg, workdir: str, *, step: int | None = None, num_tasks
 
 
 def _minirepo_agent(name: str):
-    from agentjax.testing import minirepo_agents as M  # noqa: PLC0415
+    from agentjax.envs.minirepo import agents as M  # noqa: PLC0415
 
     return {"demonstrator": M.DemonstratorAgent, "localizing": M.LocalizingAgent, "oracle": M.OracleAgent,
             "random": M.RandomAgent, "test_editor": M.TestEditorAgent}[name]()
@@ -176,7 +176,7 @@ def evaluate_minirepo_agent(cfg, agent: str, *, num_tasks: int | None = None) ->
     for i, task in enumerate(parts.heldout):
         a, obs, final, n = _minirepo_agent(agent), env.reset(task, i), None, 0
         a.reset()
-        rng = random.Random(f"agent:{i}")  # as agentjax.testing.minirepo_agents.run_episode
+        rng = random.Random(f"agent:{i}")  # as agentjax.envs.minirepo.agents.run_episode
         while final is None or not final.done:
             final, n = env.step(a.act(obs, rng)), n + 1
             obs = final.observation
@@ -198,7 +198,7 @@ def evaluate_codefix(cfg, *, agents: Sequence[str] | None = None, num_tasks: int
     from agentjax.envs import codefix  # noqa: PLC0415
     from agentjax.envs.codefix.audit import audit_verify  # noqa: PLC0415
     from agentjax.envs.codefix.env import CodefixEnv, EnvConfig  # noqa: PLC0415
-    from agentjax.testing.codefix_agents import AGENTS, play  # noqa: PLC0415
+    from agentjax.envs.codefix.agents import AGENTS, play  # noqa: PLC0415
 
     run = runconfig.parse(cfg, evaluation=True)
     c = run.codefix

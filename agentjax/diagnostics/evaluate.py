@@ -15,7 +15,8 @@ import jax
 
 from agentjax.envs.audit import audit_metrics, hack_rate, wilson_interval
 from agentjax.envs.protocol import Label
-from agentjax.sampling.rollout import Caps, Codec, EpisodeSpec, Rollout
+from agentjax.policy.codec import Codec
+from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 
 

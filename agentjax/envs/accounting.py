@@ -15,10 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from agentjax.envs.sandbox import Limits
+from typing import Any
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -26,7 +23,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 class Cgroup:
     """Fresh cgroup v1 leaf groups for one run; counters read after; removed with a retry loop."""
 
-    def __init__(self, controllers: Sequence[str], limits: Limits):
+    def __init__(self, controllers: Sequence[str], limits: Any):  # sandbox.Limits (not imported: no cycle)
         name = f"agentjax-{uuid.uuid4().hex[:12]}"
         self.paths = {c: os.path.join(CGROUP_ROOT, c, name) for c in controllers}
         for c, p in self.paths.items():

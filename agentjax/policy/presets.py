@@ -25,7 +25,6 @@ import jax
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import abstract_params
-from agentjax.testing import models as _tiny
 
 _QWEN3 = dict(
     vocab_size=151936,
@@ -60,12 +59,24 @@ def qwen3_30b_a3b(**overrides) -> ModelConfig:
     return ModelConfig(**{**base, **overrides})
 
 
+def tiny_dense(**overrides) -> ModelConfig:
+    """d_model 32, 2 layers, vocab 64: compiles in seconds on CPU (tests, benchmarks, examples)."""
+    base = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
+                d_ff=64, max_seq_len=32)
+    return ModelConfig(**{**base, **overrides})
+
+
+def tiny_moe(**overrides) -> ModelConfig:
+    """tiny_dense with 4 experts, top-2 routing."""
+    return tiny_dense(**{"n_experts": 4, "n_experts_per_token": 2, **overrides})
+
+
 PRESETS: dict[str, Callable[..., ModelConfig]] = {
     "qwen3_8b": qwen3_8b,
     "qwen3_32b": qwen3_32b,
     "qwen3_30b_a3b": qwen3_30b_a3b,
-    "tiny_dense": _tiny.tiny_dense,
-    "tiny_moe": _tiny.tiny_moe,
+    "tiny_dense": tiny_dense,
+    "tiny_moe": tiny_moe,
 }
 
 

@@ -5,7 +5,7 @@
 Entry ``t`` is ``log p(tokens[t] | tokens[<t])`` (aligned with the tokens, as in
 ``trajectory.Row``; entry 0 is 0). ``logp`` is under the sampled distribution
 ``softmax(transform(z))`` and ``logp_raw`` under ``softmax(z)``. Both come from the same
-float32 function as the sampler's (``sampling.transforms.token_logprobs_from_logits``).
+float32 function as the sampler's (``policy.logprobs.token_logprobs_from_logits``).
 
 Padding: any layout works if padded tokens get a position >= every real position of their row
 (``pad_positions`` uses ``max_seq_len``: their cache writes are dropped and no real token
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import forward
-from agentjax.sampling.transforms import token_logprobs_from_logits
+from agentjax.policy.logprobs import token_logprobs_from_logits
 
 
 def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from agentjax.envs.protocol import Env
-from agentjax.policy.tokenizer import TURN_AGENT, TURN_ENV
+from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
 from agentjax.sampling.partial import resume as resume_state
 from agentjax.sampling.sampler import Sampler, Status, take
@@ -40,28 +40,6 @@ class Caps:
     max_tool_calls: int = 8
     max_action_tokens: int = 16  # per turn
     max_obs_tokens: int = 80  # per observation, after encoding (cut tokens are recorded)
-
-
-@dataclasses.dataclass(frozen=True)
-class Codec:
-    """Text <-> token ids for turns: ``<bos> obs <turn_agent> action <eos> <turn_env> obs ...``."""
-
-    tokenizer: Any
-
-    @property
-    def stop(self) -> int:
-        return self.tokenizer.eos_id
-
-    def prompt(self, text: str) -> list[int]:
-        return [self.tokenizer.bos_id, *self.tokenizer.encode(text), self.tokenizer.specials[TURN_AGENT]]
-
-    def observation(self, text: str) -> list[int]:
-        sp = self.tokenizer.specials
-        return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
-
-    def action_text(self, ids: Sequence[int]) -> str:
-        ids = [int(i) for i in ids if int(i) != self.stop]
-        return self.tokenizer.decode(ids, skip_specials=True)
 
 
 @dataclasses.dataclass

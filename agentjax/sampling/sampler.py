@@ -40,7 +40,7 @@ import numpy as np
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import forward, init_cache, stack_cache, unstack_cache, unstack_layers
 from agentjax.sampling import noise
-from agentjax.sampling.transforms import sampling_logits, token_logprobs_from_logits
+from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 
 NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
 

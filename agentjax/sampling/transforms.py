@@ -1,16 +1,12 @@
-"""Sampling transforms as small frozen dataclasses, and the one float32 log-prob function.
+"""Sampling transforms as small frozen dataclasses.
 
 A transform maps float32 logits ``[N, V]`` to the logits of the distribution actually sampled
 from; truncated tokens get ``-inf``. Transforms compose left to right::
 
     transform = compose(Temperature(0.7), TopK(20), TopP(0.95))
 
-:func:`token_logprobs_from_logits` is the single function that turns logits into log-probs. The
-sampler and the learner's scorer (``agentjax.policy.scoring``) both call it, over fixed tiles of
-rows in exact mode, so the two sides compute each token's log-prob with the same kernel:
-
-    logp_t     = log_softmax(transform(z_t))[y_t]     (the behaviour distribution mu)
-    logp_raw_t = log_softmax(z_t)[y_t]                 (temperature 1, no truncation)
+The sampler and the learner's scorer both turn logits into log-probs under a transform with
+:func:`agentjax.policy.logprobs.token_logprobs_from_logits`.
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-
-from agentjax.policy.layers import rowwise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,38 +98,3 @@ def compose(*transforms) -> Chain:
     for t in transforms:
         flat.extend(t.transforms if isinstance(t, Chain) else [t])
     return Chain(tuple(flat))
-
-
-def _rows_logprobs(transform, logits, targets):
-    z = logits.astype(jnp.float32)
-    raw = jax.nn.log_softmax(z, axis=-1)
-    lp = raw if transform is None else jax.nn.log_softmax(transform(z), axis=-1)
-    pick = lambda a: jnp.take_along_axis(a, targets[:, None], axis=-1)[:, 0]
-    return pick(lp), pick(raw)
-
-
-def token_logprobs_from_logits(logits: jax.Array, targets: jax.Array, transform=None, *,
-                               tile: int = 0) -> tuple[jax.Array, jax.Array]:
-    """Log-probs of ``targets`` under the transformed and the raw distribution, in float32.
-
-    Args:
-      logits: ``[..., V]`` logits (any float dtype; computed in float32).
-      targets: ``[...]`` token ids.
-      transform: a transform (None = temperature 1, no truncation).
-      tile: the model's ``exact_tile``; > 0 runs the rows in fixed tiles (batch-invariant).
-    Returns:
-      ``(logp, logp_raw)``, each float32 of shape ``targets.shape``.
-    """
-    lead = targets.shape
-    v = logits.shape[-1]
-    fn = lambda z, y: _rows_logprobs(transform, z, y)
-    lp, raw = rowwise(fn, tile, logits.reshape(-1, v), targets.reshape(-1).astype(jnp.int32))
-    return lp.reshape(lead), raw.reshape(lead)
-
-
-def sampling_logits(logits: jax.Array, transform=None, *, tile: int = 0) -> jax.Array:
-    """float32 logits of the distribution sampled from (``transform(z)``), row-tiled like the
-    log-probs."""
-    v = logits.shape[-1]
-    fn = lambda z: z.astype(jnp.float32) if transform is None else transform(z.astype(jnp.float32))
-    return rowwise(fn, tile, logits.reshape(-1, v)).reshape(logits.shape)

@@ -23,7 +23,8 @@ import jax
 
 from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.queue import RoundResult, WorkItem
-from agentjax.sampling.rollout import Caps, Codec, EpisodeSpec, Rollout, bucket
+from agentjax.policy.codec import Codec
+from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
 
 

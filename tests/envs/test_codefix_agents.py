@@ -14,7 +14,7 @@ from agentjax.envs.codefix import scan, verifier
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.envs.protocol import Label
 from agentjax.envs.sandbox import Limits
-from agentjax.testing import codefix_agents as A
+from agentjax.envs.codefix import agents as A
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,

@@ -6,7 +6,7 @@ import pytest
 
 from agentjax.envs.curriculum import CurriculumState, noise_curriculum, rates
 from agentjax.envs.minirepo import EnvConfig, MinirepoEnv, generate
-from agentjax.testing import minirepo_agents as agents
+from agentjax.envs.minirepo import agents as agents
 
 START = {"tool_error": 0.0, "timeout": 0.01}
 CAP = {"tool_error": 0.2, "timeout": 0.05}

@@ -4,7 +4,7 @@ import pytest
 
 from agentjax.envs.minirepo import EASY, HARD, EnvConfig, MinirepoEnv, generate, in_vocabulary
 from agentjax.envs.protocol import Label
-from agentjax.testing import minirepo_agents as agents
+from agentjax.envs.minirepo import agents as agents
 
 N_HELDOUT = 1000  # issue 8: the demonstrator's rate is measured on >= 1000 held-out tasks
 

@@ -22,7 +22,7 @@ from agentjax.envs.minirepo import (
 )
 from agentjax.envs.minirepo.lang import Edit, Fn
 from agentjax.envs.protocol import Label
-from agentjax.testing import minirepo_agents as agents
+from agentjax.envs.minirepo import agents as agents
 
 RUN_OBS = "fail g 2 expect 10 got -2 fail f 1 expect 4 got -2 pass 1"
 

@@ -7,7 +7,7 @@ import pytest
 from agentjax.envs import rubric
 from agentjax.envs.minirepo import MinirepoEnv, checks, generate
 from agentjax.envs.protocol import Label, Verdict
-from agentjax.testing import minirepo_agents as agents
+from agentjax.envs.minirepo import agents as agents
 
 
 def const(score, **evidence):

@@ -9,7 +9,8 @@ from agentjax.envs import minirepo
 from agentjax.policy import init_params
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.device_loop import DeviceRollout
-from agentjax.sampling.rollout import Caps, Codec, EpisodeSpec, Rollout
+from agentjax.policy.codec import Codec
+from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense, tiny_moe
 from agentjax.trajectory import StopReason

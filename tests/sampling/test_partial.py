@@ -7,6 +7,7 @@ import pytest
 
 from agentjax.diagnostics.consistency import learner_inputs, rescore
 from agentjax.policy.model import forward, init_cache, init_params
+from agentjax.policy.logprobs import token_logprobs_from_logits
 from agentjax.sampling.partial import mixed_version, resume, version_segments
 from agentjax.sampling.sampler import Sampler, Status
 from agentjax.sampling.transforms import (
@@ -14,7 +15,6 @@ from agentjax.sampling.transforms import (
     TopK,
     TopP,
     compose,
-    token_logprobs_from_logits,
 )
 from agentjax.testing.models import tiny_dense
 

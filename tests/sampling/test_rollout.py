@@ -9,7 +9,8 @@ from agentjax.policy import init_params
 from agentjax.policy.scoring import token_logprobs
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.context import drop_oldest_observations
-from agentjax.sampling.rollout import Caps, Codec, EpisodeSpec, Rollout
+from agentjax.policy.codec import Codec
+from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense
 from agentjax.trajectory import StopReason, to_rows

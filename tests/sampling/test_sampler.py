@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from agentjax.policy.model import forward, init_params
+from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 from agentjax.sampling import sampler as sampler_lib
 from agentjax.sampling.sampler import Sampler, Status, take
 from agentjax.sampling.transforms import (
@@ -18,8 +19,6 @@ from agentjax.sampling.transforms import (
     TopK,
     TopP,
     compose,
-    sampling_logits,
-    token_logprobs_from_logits,
 )
 from agentjax.testing.models import tiny_dense
 

@@ -1,0 +1,35 @@
+"""Turn codec: the text of an episode's turns <-> the token ids the model reads and writes.
+
+Lives in ``policy/`` with the tokenizers, below both the learner (warm-start demonstrations) and
+the sampler (rollouts), so the two encode an episode the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from agentjax.policy.tokenizer import TURN_AGENT, TURN_ENV
+
+
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """Text <-> token ids for turns: ``<bos> obs <turn_agent> action <eos> <turn_env> obs ...``."""
+
+    tokenizer: Any
+
+    @property
+    def stop(self) -> int:
+        return self.tokenizer.eos_id
+
+    def prompt(self, text: str) -> list[int]:
+        return [self.tokenizer.bos_id, *self.tokenizer.encode(text), self.tokenizer.specials[TURN_AGENT]]
+
+    def observation(self, text: str) -> list[int]:
+        sp = self.tokenizer.specials
+        return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
+
+    def action_text(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids if int(i) != self.stop]
+        return self.tokenizer.decode(ids, skip_specials=True)
