@@ -22,8 +22,9 @@ ALLOWED = {
     "report": {"diagnostics", "trajectory"},
     "system": {"runconfig", "policy", "sampling", "learner", "envs", "objectives", "sharding",
                "diagnostics", "trajectory", "report"},
+    "evaluation": {"runconfig", "system", "policy", "sampling", "learner", "envs", "diagnostics"},
     "testing": {"trajectory", "objectives", "policy", "envs", "sharding", "sampling", "learner",
-                "diagnostics", "runconfig", "system"},
+                "diagnostics", "runconfig", "system", "evaluation"},
 }  # fmt: skip
 
 
