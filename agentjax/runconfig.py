@@ -59,6 +59,7 @@ class PlacementSection:
     learner_mesh: dict = dataclasses.field(default_factory=dict)
     sampler_mesh: dict = dataclasses.field(default_factory=dict)
     sync_every: int = 1
+    host_devices: int = 0  # CPU-only hosts: launch.train asks XLA for this many host devices (0: as is)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +172,9 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     _choice("task.latency", t.latency, ["fixed", "long_tailed"])
     _choice("scheduler.mode", s.mode, MODES)
     _choice("placement.kind", parts["placement"].kind, ["colocated", "disaggregated"])
+    if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):
+        raise ConfigError(f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
+                          "must be an integer >= 0 (0: leave XLA's host device count as it is)")
     _choice("context.policy", parts["context"].policy,
             ["keep_all", "drop_oldest_observations", "truncate_observations"])
     for f in ("steps", "group_size", "batch_size", "eval_every"):

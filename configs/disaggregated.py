@@ -5,27 +5,22 @@ after every ``placement.sync_every``-th learner step the new parameters are resh
 sampler mesh (timed and byte-counted in ``summary.json`` under ``weight_sync``). Between syncs the
 sampler keeps older weights, and every token records the version it was really sampled with.
 
-Needs 8 devices (a TPU v5e-8 / v6e-8 host, 8 GPUs). On a CPU-only host, this config asks XLA for 8
-host devices (``--xla_force_host_platform_device_count=8``, appended to ``XLA_FLAGS`` when the
-config is loaded, which is before JAX starts; it only affects the host platform):
+Needs 8 devices (a TPU v5e-8 / v6e-8 host, 8 GPUs). On a CPU-only host, ``placement.host_devices=8``
+makes ``launch.train`` ask XLA for 8 host devices before JAX starts (it only affects the host
+platform; the config itself changes no process state):
 
     python -m launch.train --config=configs/disaggregated.py --workdir=workdir/disaggregated
     python -m launch.train --config=configs/disaggregated.py --config.placement.sync_every=4
 """
 
-import os
-
 from configs import default
-
-_FLAG = "--xla_force_host_platform_device_count"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}=8".strip()
 
 
 def get_config():
     c = default.get_config()
     c.placement = dict(kind="disaggregated", learner_mesh=dict(data=1, fsdp=4, tensor=1),
-                       sampler_mesh=dict(data=2, fsdp=1, tensor=2), sync_every=2)
+                       sampler_mesh=dict(data=2, fsdp=1, tensor=2), sync_every=2,
+                       host_devices=8)
     # The sampler may lag up to sync_every - 1 versions behind the learner on top of the
     # scheduler's queueing: keep the version-gap bound above that lag.
     c.scheduler.max_version_gap = 3

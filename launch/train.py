@@ -26,8 +26,16 @@ _NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes (multi
 _PID = flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
 
 
+def _host_devices(n: int) -> None:
+    """Asks XLA for ``n`` host-platform devices (CPU-only hosts); must run before JAX starts."""
+    flag = "--xla_force_host_platform_device_count"
+    if n and flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={int(n)}".strip()
+
+
 def main(argv):
     del argv
+    _host_devices(_CONFIG.value.get("placement", {}).get("host_devices", 0))
     import jax
 
     if _COORD.value or _NPROC.value:
