@@ -4,7 +4,6 @@ Every evaluation runs the command line (``python -m launch.eval``) in a subproce
 training run it evaluates (in-process, its absl flags would clash with other launchers' flags).
 """
 
-import glob
 import json
 import os
 import shutil
@@ -111,14 +110,9 @@ def test_codefix_scripted_agents_in_the_sandbox(tmp_path):
 
 def test_the_run_wrote_tensorboard_events(trained):
     """The training loop's metrics rows also land as TensorBoard scalars under <workdir>/tb."""
-    from tests.diagnostics.test_tbevents import _decode, _records
+    from tests.diagnostics.test_tbevents import read_scalars
 
-    events = [_decode(r) for p in sorted(glob.glob(os.path.join(trained, "tb", "events.out.tfevents.*")))
-              for r in _records(p)]
-    assert events and events[0]["file_version"] == "brain.Event:2"
-    by_step: dict = {}
-    for e in events:
-        by_step.setdefault(e["step"], {}).update(e["scalars"])
+    by_step = read_scalars(os.path.join(trained, "tb"))
     own = _eval_rows(trained)
     assert by_step[4]["eval/success"] == pytest.approx(own[4]["eval/success"])
     assert "loss/total" in by_step[1] and "header/demonstrator_success" in by_step[0]
