@@ -1,0 +1,37 @@
+"""Sampling: the jitted sampler, transforms, partial rollout, multi-turn rollout, scheduler.
+
+    from agentjax.sampling import Sampler, Temperature, TopK, compose, take
+    sampler = Sampler(config, transform=compose(Temperature(0.7), TopK(20)), stop_tokens=(eos,))
+    state = sampler.extend(params, sampler.init(batch), prompts, lengths, version=0)
+    state, span = sampler.generate(params, state, row_keys, max_new_tokens=32, version=0)
+    records = take(state, span)   # per row: tokens, logp, logp_raw, version (and routes for MoE)
+
+Pass one key per row (``row_keys: [B]``) for a row's tokens to be independent of its batch-mates
+and of its row index; a single key is split over rows, so row i's stream depends on i.
+"""
+
+from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
+from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
+from agentjax.sampling.sampler import Sampler, SamplerState, Span, Status, take
+from agentjax.sampling.transforms import Chain, Greedy, Temperature, TopK, TopP, compose
+
+__all__ = [
+    "Caps",
+    "Chain",
+    "EpisodeSpec",
+    "Greedy",
+    "ResumeMode",
+    "Rollout",
+    "Sampler",
+    "SamplerState",
+    "Span",
+    "Status",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "compose",
+    "mixed_version",
+    "resume",
+    "take",
+    "version_segments",
+]
