@@ -7,8 +7,10 @@ name and the allowed values (``task.name='swe' is invalid; allowed values: [...]
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
+from agentjax import configcheck
 from agentjax.learner.objective import LossConfig
 from agentjax.learner.step import OptimConfig
 from agentjax.policy.config import ConfigError, ModelConfig
@@ -112,13 +114,16 @@ def _build(section: str, cls, values: dict):
     if unknown:
         raise ConfigError(f"unknown fields {[f'{section}.{u}' for u in unknown]}; allowed: {sorted(names)}")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    configcheck.check_types(section, cls, kw)  # a string where a number belongs, NaN, ...
     try:
-        return cls(**kw)
+        obj = cls(**kw)
     except ConfigError:
         raise
     except ValueError as e:  # the dataclasses' own checks: prefix the section
         msg = str(e)
         raise ConfigError(msg if msg.startswith(section + ".") else f"{section}: {msg}") from None
+    configcheck.check_ranges(section, obj)
+    return obj
 
 
 def _choice(field: str, value: Any, allowed) -> None:
@@ -154,11 +159,23 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     unknown = sorted(set(d) - _TOP)
     if unknown:
         raise ConfigError(f"unknown config sections {unknown}; allowed: {sorted(_TOP)}")
+    for name in _SECTIONS.keys() | {"model"}:
+        if not isinstance(d.get(name, {}), dict):
+            raise ConfigError(f"{name}={d[name]!r} is invalid; must be a section (a dict of fields)")
+    top = {k: d[k] for k in ("seed", "checkpoint_every", "log_every", "report") if k in d}
+    configcheck.check_types("", RunConfig, top)
+    for k, v in top.items():
+        configcheck.check_value(k, v)
     parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
     model = dict(d.get("model", {}))
     if "vocab_size" in model:
         raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
-    ModelConfig.from_dict({**model, "vocab_size": 8})  # field names and values checked now
+    configcheck.check_types("model", ModelConfig, model)
+    try:  # field names and values checked now
+        ModelConfig.from_dict({**model, "vocab_size": 8})
+    except ConfigError as e:  # name every field the model's own message mentions as model.<field>
+        fields = "|".join(f.name for f in dataclasses.fields(ModelConfig))
+        raise ConfigError(re.sub(rf"(?<![.\w])({fields})=", r"model.\1=", str(e))) from None
     t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
     from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
 
@@ -192,8 +209,10 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
         raise ConfigError("loss.advantage='gae' needs a critic: set model.value_head to one of "
                           "['shared', 'separate'] (it is 'none')")
-    if rl.temperature <= 0:
-        raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
+    if rl.group_size < 2 and parts["loss"].advantage == "group":
+        raise ConfigError(f"rl.group_size={rl.group_size} is invalid with loss.advantage='group': a "
+                          "group of one has advantage 0 (no gradient); must be >= 2, or use "
+                          "loss.advantage='gae'")
     return RunConfig(
         seed=int(d.get("seed", 0)), model=model, checkpoint_every=int(d.get("checkpoint_every", 50)),
         log_every=int(d.get("log_every", 5)), report=bool(d.get("report", True)), **parts,

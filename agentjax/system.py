@@ -74,7 +74,14 @@ def build(run: runconfig.RunConfig) -> Parts:
     latency = minirepo.LONG_TAILED if run.task.latency == "long_tailed" else minirepo.FIXED
     env_cfg = minirepo.EnvConfig(max_steps=run.task.max_steps, latency=latency)
     heldout = [minirepo.generate(i, "heldout", diff) for i in range(run.task.eval_tasks)]
-    return Parts(run, tok, model, Codec(tok), lambda: minirepo.MinirepoEnv(env_cfg), heldout, diff)
+    codec, env = Codec(tok), minirepo.MinirepoEnv(env_cfg)
+    shortest = min(len(codec.prompt(env.reset(t, 0))) for t in heldout)
+    if model.max_seq_len < shortest + run.caps.max_action_tokens:  # no room for one whole action
+        raise runconfig.ConfigError(
+            f"model.max_seq_len={model.max_seq_len} is too small for any episode: the shortest task "
+            f"prompt is {shortest} tokens and one action up to caps.max_action_tokens="
+            f"{run.caps.max_action_tokens}; must be >= {shortest + run.caps.max_action_tokens}")
+    return Parts(run, tok, model, codec, lambda: minirepo.MinirepoEnv(env_cfg), heldout, diff)
 
 
 def task_dataset(parts: Parts) -> grain.MapDataset:
@@ -224,8 +231,8 @@ def _truncate_jsonl(path: str, step: int) -> None:
 def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None] = print) -> dict:
     """Runs (or resumes) the configured training; returns the summary (also in summary.json)."""
     run = runconfig.parse(cfg)  # fails before any work on an invalid config
+    parts = build(run)  # ... and so does a model too small for the task
     os.makedirs(workdir, exist_ok=True)
-    parts = build(run)
     r = _Run(parts, workdir, log)
     ckdir = os.path.join(workdir, "checkpoints")
     refdir = os.path.join(workdir, "reference")

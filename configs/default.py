@@ -31,7 +31,8 @@ def get_config() -> ml_collections.ConfigDict:
                   advantage="group", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
                   kl_coef=0.0, kl_kind="k3", negative_scale=1.0)
     # loss.advantage="gae" needs a critic: model.value_head "shared" or "separate"
-    c.optim = dict(learning_rate=5e-4, warmup_steps=0, grad_clip=1.0, grad_accum=1)
+    c.optim = dict(learning_rate=5e-4, warmup_steps=0, weight_decay=0.0, b1=0.9, b2=0.99,
+                   grad_clip=1.0, grad_accum=1)
     c.checkpoint_every = 20
     c.log_every = 5
     c.report = True

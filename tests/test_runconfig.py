@@ -85,3 +85,121 @@ def test_bad_codefix_value_names_field(field, value, match):
     c["codefix"] = {field: value}
     with pytest.raises(ConfigError, match=match):
         parse(c, evaluation=True)
+
+
+def _with(path: str, value):
+    """The default config (as a plain dict, like a config file's values) with one field set."""
+    c = default.get_config().to_dict()
+    *sections, name = path.split(".")
+    d = c
+    for s in sections:
+        d = d[s]
+    d[name] = value
+    return c
+
+
+@pytest.mark.parametrize(
+    "path,value,match",
+    [
+        # degenerate values that ran (or crashed after real work) before they were checked
+        ("rl.group_size", 1, r"rl.group_size=1 is invalid with loss.advantage='group'.*>= 2"),
+        ("optim.learning_rate", float("nan"), r"optim.learning_rate=nan is invalid; must be a finite"),
+        ("optim.learning_rate", float("inf"), r"optim.learning_rate=inf is invalid"),
+        ("optim.learning_rate", 0.0, r"optim.learning_rate=0.0 is invalid; must be a finite number > 0"),
+        ("optim.learning_rate", -1e-3, r"optim.learning_rate=-0.001 is invalid"),
+        ("log_every", 0, r"log_every=0 is invalid; must be >= 1"),
+        ("log_every", -3, r"log_every=-3 is invalid; must be >= 1"),
+        ("warm_start.batch_size", 0, r"warm_start.batch_size=0 is invalid; must be >= 1"),
+        ("caps.max_tool_calls", 0, r"caps.max_tool_calls=0 is invalid; must be >= 1"),
+        ("task.max_steps", 0, r"task.max_steps=0 is invalid; must be >= 1"),
+        ("loss.icepop_low", 3.0, r"loss.icepop_low=3.0, loss.icepop_high=2.0 are invalid; must satisfy"),
+        ("scheduler.max_version_gap", -1, r"scheduler.max_version_gap=-1 is invalid; must be >= 0"),
+        ("loss.clip_low", 2.0, r"loss.clip_low=2.0 is invalid; must be in \[0, 1\)"),
+        ("optim.b2", 1.0, r"optim.b2=1.0 is invalid; must be in \[0.0, 1.0\)"),
+        ("optim.weight_decay", -0.1, r"optim.weight_decay=-0.1 is invalid; must be >= 0"),
+        ("rl.temperature", float("nan"), r"rl.temperature=nan is invalid"),
+        # a string (or a bool, a list) where a number belongs: named, never a bare TypeError
+        ("rl.steps", "100", r"rl.steps='100' is invalid; must be an integer"),
+        ("optim.learning_rate", "fast", r"optim.learning_rate='fast' is invalid; must be a finite number"),
+        ("task.max_steps", True, r"task.max_steps=True is invalid; must be an integer"),
+        ("model.max_seq_len", "96", r"model.max_seq_len='96' is invalid; must be an integer"),
+        ("model.n_layers", 0, r"model.n_layers=0 is invalid"),
+        ("loss.mis_token_bounds", (2.0, 0.5), r"loss.mis_token_bounds=\(2.0, 0.5\) is invalid"),
+        ("seed", "zero", r"seed='zero' is invalid; must be an integer"),
+        ("report", "yes", r"report='yes' is invalid; must be True or False"),
+        ("rl", 5, r"rl=5 is invalid; must be a section"),
+    ],
+)
+def test_degenerate_and_mistyped_values_are_named(path, value, match):
+    with pytest.raises(ConfigError, match=match):
+        parse(_with(path, value))
+
+
+def test_optimizer_fields_are_settable_from_the_command_line():
+    """weight_decay, b1 and b2 are keys of the default config, so --config.optim.b1=... works."""
+    c = default.get_config()
+    c.lock()  # as config_flags locks it: only existing keys can be overridden from the CLI
+    c.optim.weight_decay, c.optim.b1, c.optim.b2 = 0.01, 0.8, 0.95
+    o = parse(c).optim
+    assert (o.weight_decay, o.b1, o.b2) == (0.01, 0.8, 0.95)
+
+
+def test_ppo_loss_rejects_out_of_range_clip():
+    import numpy as np
+
+    from agentjax import objectives as obj
+
+    x = np.zeros((2, 3), np.float32)
+    adv, mask = np.ones((2,), np.float32), np.ones((2, 3), np.float32)
+    for fn, kw in ((obj.ppo_loss, dict(clip_low=2.0)), (obj.ppo_loss, dict(clip_high=-0.1)),
+                   (obj.grpo_loss, dict(clip_low=-0.5)), (obj.gspo_loss, dict(clip_low=1.0, clip_high=0.2)),
+                   (obj.cispo_loss, dict(clip_high=float("inf")))):
+        with pytest.raises(ValueError, match=r"clip_(low|high)=.* is invalid"):
+            fn(x, x, adv, mask, **kw)
+    loss, _ = obj.ppo_loss(x, x, adv, mask, clip_low=0.2, clip_high=0.28)  # in range: runs
+    assert float(loss) == pytest.approx(-1.0)
+
+
+_VALUES = [-7, -1, 0, 1, 2, 3, 10**9, -0.5, 0.0, 0.25, 1.0, 1.5, float("nan"), float("inf"),
+           float("-inf"), "", "x", "5", "nan", True, False, None, [], [1, 2], (0.5, 2.0), {}, {"a": 1}]
+
+
+def test_fuzzed_configs_parse_or_name_the_field():
+    """Random field/value mutations of the default config (1-3 at a time): ``parse`` either
+    accepts the result or raises ConfigError naming one of the mutated fields -- never another
+    exception type (a TypeError, ZeroDivisionError, ...) and never an unnamed error."""
+    import random
+
+    rng = random.Random(14)
+    base = default.get_config().to_dict()
+    fields = [(s, f) for s, v in base.items() if isinstance(v, dict) for f in v]
+    fields += [(None, k) for k, v in base.items() if not isinstance(v, dict)]
+    accepted = rejected = 0
+    for _ in range(1500):
+        c = default.get_config().to_dict()
+        names = []
+        for _ in range(rng.randint(1, 3)):
+            section, f = rng.choice(fields)
+            value = rng.choice(_VALUES)
+            (c[section] if section else c)[f] = value
+            names.append(f"{section}.{f}" if section else f)
+        try:
+            parse(c)
+            accepted += 1
+        except ConfigError as e:
+            rejected += 1
+            msg = str(e)
+            assert any(n in msg for n in names), (names, msg)
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            raise AssertionError(f"{names}: {type(e).__name__}: {e}") from e
+    assert accepted > 50 and rejected > 500  # both outcomes are exercised
+
+
+def test_a_context_too_small_for_any_episode_is_rejected_before_work():
+    from agentjax import system
+
+    c = smoke.get_config()
+    c.model.max_seq_len = 8  # shorter than the shortest prompt plus one action
+    with pytest.raises(ConfigError, match=r"model.max_seq_len=8 is too small for any episode.*must be >= \d+"):
+        system.build(parse(c))
+    assert system.build(parse(smoke.get_config())).model.max_seq_len == 96

@@ -65,8 +65,19 @@ class LossConfig:
             raise ValueError(f"loss.negative_scale={self.negative_scale} is invalid; must be in [0, 1]")
         if self.kl_kind not in ("k1", "k2", "k3"):
             raise ValueError(f"loss.kl_kind={self.kl_kind!r} is invalid; allowed: ['k1', 'k2', 'k3']")
-        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
-            raise ValueError(f"loss.clip_low={self.clip_low}, clip_high={self.clip_high} out of range")
+        obj.check_clip(self.clip_low, self.clip_high, prefix="loss.")
+        if not 0 <= self.icepop_low <= self.icepop_high:
+            raise ValueError(f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
+                             "are invalid; must satisfy 0 <= icepop_low <= icepop_high")
+        for f in ("kpop_threshold", "kl_coef", "value_coef"):
+            if not getattr(self, f) >= 0:
+                raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be >= 0")
+        for f in ("mis_token_bounds", "mis_seq_bounds", "hispo_mismatch_bounds",
+                  "hispo_staleness_bounds"):
+            lo, hi = getattr(self, f)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be a (low, high) "
+                                 "pair with 0 <= low <= high")
 
 
 def _filter(cfg: LossConfig, train_logp, infer_logp, mask):

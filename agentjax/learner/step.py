@@ -49,8 +49,9 @@ class OptimConfig:
     grad_accum: int = 1
 
     def __post_init__(self):
-        if self.learning_rate <= 0:
-            raise ValueError(f"optim.learning_rate={self.learning_rate} is invalid; must be > 0")
+        if not 0 < self.learning_rate < float("inf"):  # NaN fails too
+            raise ValueError(f"optim.learning_rate={self.learning_rate} is invalid; "
+                             "must be a finite number > 0")
         if self.grad_accum < 1:
             raise ValueError(f"optim.grad_accum={self.grad_accum} is invalid; must be >= 1")
 

@@ -14,7 +14,13 @@ from agentjax.objectives.advantages import (
     prob_same_group,
     rloo_advantages,
 )
-from agentjax.objectives.core import AGGREGATION_MODES, aggregate, masked_fractions, masked_mean
+from agentjax.objectives.core import (
+    AGGREGATION_MODES,
+    aggregate,
+    check_clip,
+    masked_fractions,
+    masked_mean,
+)
 from agentjax.objectives.corrections import (
     decompose_ratio,
     ess,
@@ -31,6 +37,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "aggregate",
     "binary_kl",
+    "check_clip",
     "cispo_loss",
     "decompose_ratio",
     "discounts_from",

@@ -26,6 +26,7 @@ from agentjax.objectives.core import (
     _token_inputs,
     _valid_rows,
     aggregate,
+    check_clip,
     masked_mean,
 )
 from agentjax.objectives.corrections import kl_penalty
@@ -91,6 +92,7 @@ def ppo_loss(
         ``(loss, metrics)``: ``loss``, ``clip_fraction`` (+ ``/high``, ``/low``), ``ratio/mean``,
         ``ratio/max``, ``approx_kl``.
     """
+    check_clip(clip_low, clip_high)
     logp, old_logp = _token_inputs(logp=logp, old_logp=old_logp)
     mask = _as_mask("mask", mask, logp)
     adv = _token_advantages(advantages, logp.shape)
@@ -189,6 +191,7 @@ def gspo_loss(
         ``(loss, metrics)``: ``loss``, ``clip_fraction`` (of valid sequences; + ``/high``,
         ``/low``), ``seq_ratio/mean``, ``seq_ratio/max``, ``approx_kl``.
     """
+    check_clip(clip_low, clip_high)
     logp, old_logp = _token_inputs(logp=logp, old_logp=old_logp)
     mask = _as_mask("mask", mask, logp)
     adv = _as_float("advantages", advantages)
@@ -234,6 +237,7 @@ def cispo_loss(
         ``(loss, metrics)``: ``loss``, ``clip_fraction`` (weights changed by clipping; + ``/high``,
         ``/low``), ``weight/mean``, ``ratio/mean``, ``ratio/max``, ``approx_kl``.
     """
+    check_clip(clip_low, clip_high)
     logp, old_logp = _token_inputs(logp=logp, old_logp=old_logp)
     mask = _as_mask("mask", mask, logp)
     adv = _token_advantages(advantages, logp.shape)

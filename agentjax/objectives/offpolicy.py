@@ -35,6 +35,7 @@ from agentjax.objectives.core import (
     _token_inputs,
     _valid_rows,
     aggregate,
+    check_clip,
     masked_mean,
 )
 
@@ -176,6 +177,7 @@ def hispo_loss(
         ``accepted_fraction``, ``rejected_sequences``, ``clip_fraction``, ``ratio/update_mean``,
         ``ratio/mismatch_mean``.
     """
+    check_clip(clip_low, clip_high)
     bounds = {
         name: _check_bounds(name, b)
         for name, b in (

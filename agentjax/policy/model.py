@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from agentjax.policy import layers as L
@@ -321,6 +322,27 @@ def _value(x, vp):
     return x.astype(jnp.float32) @ vp["w"].astype(jnp.float32) + vp["b"].astype(jnp.float32)
 
 
+def check_token_ids(name: str, tokens, vocab_size: int, lengths=None) -> None:
+    """Raises ``ValueError`` naming ``name`` if a token id is outside ``[0, vocab_size)``.
+
+    Checked at the public boundary (eager calls, the sampler's prompt/observation input): the
+    embedding lookup would otherwise clamp an out-of-range id silently (the last row's embedding).
+    Traced values (inside ``jit``) pass: their callers checked them where they were concrete.
+    ``lengths`` [B]: only ``tokens[i, :lengths[i]]`` is checked (the rest is padding).
+    """
+    if any(isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array) and not x.is_fully_addressable)
+           for x in (tokens, lengths)):
+        return  # traced, or another process's shards: checked where they were concrete
+    t = np.asarray(tokens)
+    if lengths is not None:
+        n = np.broadcast_to(np.asarray(lengths), t.shape[:1])
+        t = t[np.arange(t.shape[-1])[None, :] < n[:, None]]
+    bad = t[(t < 0) | (t >= vocab_size)]
+    if bad.size:
+        raise ValueError(f"{name}: token id {int(bad.flat[0])} is outside the vocabulary "
+                         f"[0, {vocab_size}) ({bad.size} such ids)")
+
+
 def _head(c: ModelConfig, params, x, b, t, logits_at):
     """Logits of the rows ``x`` [B * T, D]: all ``[B, T, V]``, or ``[B, K, V]`` at ``logits_at``.
 
@@ -352,6 +374,7 @@ def forward(params, tokens, positions, *, config: ModelConfig, cache=None, route
     b, t = tokens.shape
     if positions.shape != tokens.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
+    check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
     x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes)

@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import forward
 from agentjax.policy.logprobs import token_logprobs_from_logits
+from agentjax.policy.model import check_token_ids, forward
 
 
 def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:
@@ -85,6 +85,7 @@ def token_logprobs(params, tokens: jax.Array, positions: jax.Array, *, config: M
     """
     if tokens.shape != positions.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
+    check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
     if config.exact:
         return _exact(params, tokens, positions, routes, config, transform)
     return _score(params, tokens, positions, routes, config, transform)[0]

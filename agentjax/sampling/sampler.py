@@ -38,7 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import forward, init_cache, stack_cache, unstack_cache, unstack_layers
+from agentjax.policy.model import (
+    check_token_ids,
+    forward,
+    init_cache,
+    stack_cache,
+    unstack_cache,
+    unstack_layers,
+)
 from agentjax.sampling import noise
 from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 
@@ -221,6 +228,7 @@ class Sampler:
         Rows with ``lengths == 0`` are untouched; rows given tokens become ACTIVE. Tokens beyond
         ``max_seq_len`` are dropped and the row is marked FULL.
         """
+        check_token_ids("Sampler.extend(tokens)", tokens, self.config.vocab_size, lengths)
         return _extend(self, params, state, jnp.asarray(tokens, jnp.int32),
                        jnp.asarray(lengths, jnp.int32), jnp.asarray(version, jnp.int32))
 

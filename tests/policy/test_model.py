@@ -248,3 +248,24 @@ def test_activation_rows_constraint_same_values_and_gradients():
     for bad in [("data", "data"), ("",), (1,)]:
         with pytest.raises(ConfigError, match="activation_rows"):
             tiny_dense(activation_rows=bad)
+
+
+def test_token_ids_outside_the_vocabulary_are_rejected_at_the_public_boundary():
+    """The embedding lookup clamps an out-of-range id (it silently became the last row); the
+    model, the scorer and the sampler's input now name the call and the vocabulary instead."""
+    from agentjax.policy.scoring import token_logprobs
+    from agentjax.sampling.sampler import Sampler
+
+    cfg = ModelConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
+                      d_ff=32, max_seq_len=8)
+    params = init_params(cfg, jax.random.key(0))
+    tok, pos = np.array([[1, 2, 16]], np.int32), np.arange(3, dtype=np.int32)[None]
+    with pytest.raises(ValueError, match=r"forward\(tokens\): token id 16 is outside the vocabulary \[0, 16\)"):
+        forward(params, tok, pos, config=cfg)
+    with pytest.raises(ValueError, match=r"token_logprobs\(tokens\): token id -3 is outside"):
+        token_logprobs(params, np.array([[1, -3, 2]], np.int32), pos, config=cfg)
+    s = Sampler(cfg)
+    with pytest.raises(ValueError, match=r"Sampler.extend\(tokens\): token id 99 is outside"):
+        s.extend(params, s.init(1), np.array([[3, 99, 0]], np.int32), np.array([2]), version=0)
+    state = s.extend(params, s.init(1), np.array([[3, 4, 99]], np.int32), np.array([2]), version=0)
+    assert int(state.length[0]) == 2  # padding past the row's length is not input: not checked
