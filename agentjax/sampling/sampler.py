@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentjax.policy.config import ModelConfig
+from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 from agentjax.policy.model import (
     check_token_ids,
     forward,
@@ -47,7 +48,6 @@ from agentjax.policy.model import (
     unstack_layers,
 )
 from agentjax.sampling import noise
-from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 
 NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
 
