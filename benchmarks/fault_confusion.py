@@ -30,7 +30,8 @@ from agentjax.envs.codefix import agents as A
 FAULT_LIMITS = Limits(wall_s=4.0, cpu_s=2)  # starvation runs end at the wall clock
 FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
                  "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2)}
-AGENT_LABELS = {Label.AGENT_TIMEOUT, Label.AGENT_OOM, Label.AGENT_CPU, Label.AGENT_ERROR}
+AGENT_LABELS = {Label.AGENT_TIMEOUT, Label.AGENT_OOM, Label.AGENT_CPU, Label.AGENT_ERROR,
+                Label.AGENT_QUOTA}
 
 
 def episode(task: str, agent: str, inject: str | None, limits: Limits | None = None) -> Label:

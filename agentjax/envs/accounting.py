@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -18,6 +19,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+# Starvation: the tree was runnable-but-off-CPU for this fraction of the wall time, AND the host's
+# CPU pressure grew by this fraction of it ... (both measured during the run, both inflatable by a
+# swarm of the agent's own processes competing with each other) ...
+STARVED_WAIT_FRACTION = 0.5
+STARVED_PSI_FRACTION = 0.25
+# ... AND, the positive evidence nothing in the tree can fake, a fresh busy canary process started
+# with the tree's priority and CPU placement AFTER the tree was killed got less than this share of
+# one CPU during CANARY_WINDOW_S.
+CANARY_WINDOW_S = 1.0
+CANARY_MIN_SHARE = 0.1
 
 
 class Cgroup:
@@ -127,6 +138,7 @@ class Monitor(threading.Thread):
         super().__init__(daemon=True)
         self._tids, self._halt, self.seen = tids, threading.Event(), {}
         self.deficit_s = 0.0
+        self.live = (0.0, 0.0)  # (deficit s, run-queue wait s) so far; replaced whole, thread-safe
 
     def _sample(self) -> tuple[bool, float]:
         runnable = False
@@ -148,6 +160,7 @@ class Monitor(threading.Thread):
             if runnable or run_prev:
                 self.deficit_s += max(0.0, (t - t_prev) - (cpu - cpu_prev))
             t_prev, run_prev, cpu_prev = t, runnable, cpu
+            self.live = (self.deficit_s, sum(w for _, w in list(self.seen.values())) / 1e9)
 
     def finish(self) -> tuple[float, float, float]:
         """(sampled CPU s, schedstat run-queue delay s, sampled starvation deficit s)."""
@@ -155,6 +168,31 @@ class Monitor(threading.Thread):
         self.join()
         return (sum(c for c, _ in self.seen.values()) / 1e9,
                 sum(w for _, w in self.seen.values()) / 1e9, self.deficit_s)
+
+
+def starvation_suspected(deficit_s: float, runq_wait_s: float, psi_s: float, wall_s: float) -> bool:
+    """The in-run measures alone (a swarm can fake them: confirm with :func:`cpu_canary`)."""
+    return (wall_s > 0 and max(deficit_s, runq_wait_s) >= STARVED_WAIT_FRACTION * wall_s
+            and psi_s >= STARVED_PSI_FRACTION * wall_s)
+
+
+def cpu_canary(prefix: Sequence[str], env: dict[str, str], window_s: float = CANARY_WINDOW_S
+               ) -> float:
+    """CPU seconds a fresh busy process (ours, started with ``prefix``) got in ``window_s``.
+
+    A host that gives a newcomer less than :data:`CANARY_MIN_SHARE` of a CPU is starved, whatever
+    the agent's tree did before it was killed.
+    """
+    p = subprocess.Popen([*prefix, "/bin/sh", "-c", "while :; do :; done"], env=env,
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(window_s)
+        text = _read(f"/proc/{p.pid}", "schedstat")
+        return int(text.split()[0]) / 1e9 if text else 0.0
+    finally:
+        p.kill()
+        p.wait()
 
 
 def tree_tids(root: int) -> list[int]:

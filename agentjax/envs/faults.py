@@ -5,18 +5,25 @@ of the truth, and a host-caused timeout and an agent's infinite loop must not sh
 resource or infrastructure label here is decided from evidence gathered OUTSIDE the sandbox
 (:class:`agentjax.envs.sandbox.SandboxResult`), in a fixed order:
 
-1. infrastructure: the sandbox never started (no bwrap start record), the outer process was killed
-   by a signal we did not send (host kill), a kernel OOM kill happened on the host while our own
-   cgroup never hit its limit (host OOM);
+``infra_fault`` needs POSITIVE evidence that the agent's code cannot produce:
+
+1. the sandbox never started (our launch marker, written before any agent code, is missing);
+   the kernel OOM killer took a task of our memory cgroup although the cgroup never reached its
+   limit (``failcnt`` 0: the host ran out of memory, not the agent);
 2. the agent's own resource use: the pids cgroup refused a fork (fork bomb -> ``agent_error``), our
-   memory cgroup OOM-killed or the address-space limit raised ``MemoryError`` (``agent_oom``),
-   ``SIGXCPU`` from ``RLIMIT_CPU`` (``agent_cpu``);
-3. the wall timeout: ``infra_fault`` (host starvation) only when, DURING the run, the tree's tasks
+   memory cgroup OOM-killed at its limit or the address-space limit raised ``MemoryError``
+   (``agent_oom``); this cgroup evidence is read BEFORE a kill is blamed on the host, because the
+   cgroup OOM killer may pick the outer process;
+3. the outer process (outside the pid namespace, unreachable from inside) was killed by a signal
+   we did not send (``host_kill``); ``SIGXCPU`` from ``RLIMIT_CPU`` (``agent_cpu``);
+4. the wall timeout: ``infra_fault`` (host starvation) only when, DURING the run, the tree's tasks
    were runnable-but-off-CPU for at least half the wall time (sampled from ``/proc/<tid>/stat``
    and ``schedstat``, see :class:`agentjax.envs.accounting.Monitor`) AND the host
    CPU pressure (PSI "some") grew by at least a quarter of the wall time AND the tree had not used
-   its CPU budget; otherwise ``agent_timeout``. A sleeper has no run-queue wait, so a busy
-   neighbour cannot excuse it.
+   its CPU budget AND -- the part a swarm of the agent's own processes cannot fake -- a fresh canary
+   process started with the same priority and CPU placement after the tree was killed got less
+   than 10% of a CPU (:func:`agentjax.envs.accounting.cpu_canary`); otherwise ``agent_timeout``.
+   A sleeper has no run-queue wait, so a busy neighbour cannot excuse it.
 
 Static hack flags outrank all of these (a hack that also burns CPU is still a hack); the verifier
 applies them first. Retries assume independence (``q^k``); a correlated root cause does not shrink
@@ -37,32 +44,37 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from agentjax.envs import accounting
 from agentjax.envs.protocol import Label, Verdict
 from agentjax.envs.sandbox import Limits, SandboxResult
 
 # Injectable infrastructure fault classes (each must come out labelled ``infra_fault``).
 FAULT_CLASSES = ("sandbox_start", "verifier_crash", "host_kill", "host_starvation", "flaky_test")
-STARVED_WAIT_FRACTION = 0.5
-STARVED_PSI_FRACTION = 0.25
+STARVED_WAIT_FRACTION = accounting.STARVED_WAIT_FRACTION
+STARVED_PSI_FRACTION = accounting.STARVED_PSI_FRACTION
 
 
 def attribute(run: SandboxResult, limits: Limits, *, memory_error_seen: bool = False
               ) -> tuple[Label | None, str]:
-    """Resource/infra label of one sandboxed run, or (None, "") when the run ended normally."""
-    if not run.started:
+    """Resource/infra label of one sandboxed run, or (None, "") when the run ended normally.
+
+    ``infra_fault`` only on positive evidence the agent's code cannot produce (see the module
+    docstring); the agent's own cgroup evidence is read before any kill is blamed on the host.
+    """
+    if not run.started:  # the launch marker is written before any agent code runs
         if run.timed_out and starved(run, limits):
             return Label.INFRA_FAULT, "host_starvation: starved before the command could start"
         return Label.INFRA_FAULT, "sandbox_start: bwrap never launched the command"
+    oom, failcnt = run.cgroup.get("mem_oom_kill", 0), run.cgroup.get("mem_failcnt", 1)
+    if oom > 0 and failcnt == 0:
+        return Label.INFRA_FAULT, "host_oom: kernel OOM kill in our cgroup while under its limit"
+    if run.cgroup.get("pids_max_events", 0) > 0:
+        return Label.AGENT_ERROR, "fork bomb: pids cgroup refused forks"
+    if oom > 0 or memory_error_seen:
+        return Label.AGENT_OOM, "memory limit hit (cgroup OOM kill or RLIMIT_AS MemoryError)"
     if run.returncode < 0 and not run.killed_by_us:
         return Label.INFRA_FAULT, f"host_kill: outer process killed by signal {-run.returncode}"
     in_sig = run.signal
-    if (in_sig == signal.SIGKILL and run.host_oom_kills > 0
-            and run.cgroup.get("mem_oom_kill", 0) == 0 and not run.timed_out):
-        return Label.INFRA_FAULT, "host_oom: kernel OOM kill outside our memory limit"
-    if run.cgroup.get("pids_max_events", 0) > 0:
-        return Label.AGENT_ERROR, "fork bomb: pids cgroup refused forks"
-    if run.cgroup.get("mem_oom_kill", 0) > 0 or memory_error_seen:
-        return Label.AGENT_OOM, "memory limit hit (cgroup OOM kill or RLIMIT_AS MemoryError)"
     hard_cpu_kill = in_sig == signal.SIGKILL and not run.killed_by_us and run.cpu_s >= limits.cpu_s
     if in_sig == signal.SIGXCPU or hard_cpu_kill:
         return Label.AGENT_CPU, f"RLIMIT_CPU exceeded ({run.cpu_s:.2f}s CPU)"
@@ -74,11 +86,12 @@ def attribute(run: SandboxResult, limits: Limits, *, memory_error_seen: bool = F
 
 
 def starved(run: SandboxResult, limits: Limits) -> bool:
-    """Host starvation measured during the run (see module docstring)."""
-    wait_frac = max(run.starved_s, run.runq_wait_s) / run.wall_s if run.wall_s > 0 else 0.0
-    return (wait_frac >= STARVED_WAIT_FRACTION
-            and run.psi_cpu_some_s >= STARVED_PSI_FRACTION * run.wall_s
-            and run.cpu_s < limits.cpu_s)
+    """Host starvation: in-run signs AND a starved canary after the kill (see module docstring)."""
+    canary_starved = (0.0 <= run.host_canary_cpu_s
+                      < accounting.CANARY_MIN_SHARE * accounting.CANARY_WINDOW_S)
+    return (canary_starved and run.cpu_s < limits.cpu_s
+            and accounting.starvation_suspected(run.starved_s, run.runq_wait_s,
+                                                run.psi_cpu_some_s, run.wall_s))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class Label(str, enum.Enum):
     AGENT_OOM = "agent_oom"
     AGENT_CPU = "agent_cpu"
     AGENT_ERROR = "agent_error"
+    AGENT_QUOTA = "agent_quota"  # the agent filled its workspace's disk quota (bytes or inodes)
     INFRA_FAULT = "infra_fault"
 
 
@@ -64,6 +65,9 @@ REWARD_TREATMENT: dict[Label, RewardRule] = {
     Label.AGENT_CPU: RewardRule(Treatment.ZERO, 0.0, False, "the agent exhausted its CPU limit"),
     Label.AGENT_ERROR: RewardRule(
         Treatment.ZERO, 0.0, False, "malformed action or crash caused by the agent"
+    ),
+    Label.AGENT_QUOTA: RewardRule(
+        Treatment.ZERO, 0.0, False, "the agent filled its workspace disk quota"
     ),
     Label.INFRA_FAULT: RewardRule(
         Treatment.MASK_AND_RETRY,

@@ -64,6 +64,7 @@ class Limits:
     nofile: int = 256  # RLIMIT_NOFILE
     mem_bytes: int = 768 << 20  # cgroup v1 memory.limit_in_bytes
     pids: int = 64  # cgroup v1 pids.max
+    tmp_bytes: int = 64 << 20  # size of the sandbox's private tmpfs /tmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,9 @@ class SandboxResult:
     host_oom_kills: int  # kernel OOM kills anywhere on the host during the run (/proc/vmstat)
     limits_held: dict[str, bool]
     isolation: str  # "bwrap+setpriv" or "UNSAFE"
+    # CPU s a fresh canary got in accounting.CANARY_WINDOW_S after a timed-out tree that looked
+    # starved was killed; -1 = not measured (no timeout, or no sign of starvation)
+    host_canary_cpu_s: float = -1.0
 
     @property
     def signal(self) -> int | None:
@@ -151,7 +155,8 @@ def probe() -> Isolation:
     return Isolation(True, "ok", bwrap, cgs)
 
 
-def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str) -> list[str]:
+def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str, tmp_bytes: int = 64 << 20
+                ) -> list[str]:
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--clearenv"]
     for d in SYSTEM_RO:
@@ -159,7 +164,7 @@ def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str) -> list[str]:
     for name in ("lib", "lib64", "bin", "sbin"):  # merged-/usr layout
         if os.path.isdir(f"/usr/{name}"):
             args += ["--symlink", f"usr/{name}", f"/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     for m in mounts:
         args += ["--bind" if m.writable else "--ro-bind", m.src, m.dst]
     return args + ["--remount-ro", "/", "--chdir", chdir]  # the root tmpfs too: only binds+/tmp
@@ -216,7 +221,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         if iso.ok:
             inner = [a for kv in env.items() for a in ("--setenv", *kv)]
             chain = [*rl, "--", "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
-                     "--clear-groups", *_bwrap_args(iso.bwrap, mounts, chdir), *inner,
+                     "--clear-groups", *_bwrap_args(iso.bwrap, mounts, chdir, limits.tmp_bytes), *inner,
                      *bwrap_extra, "--", *launch, *argv]
             isolation = "bwrap+setpriv"
         else:
@@ -235,11 +240,16 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
             lambda: sorted(set(accounting.tree_tids(proc.pid)) | set(cg.tids() if cg else ())))
         monitor.start()
         cleanup = _once(on_start(proc) if on_start is not None else None)
-        fired = threading.Event()
+        fired, canary = threading.Event(), [-1.0]
 
         def on_timeout() -> None:  # a timer, not Popen.wait(timeout): that polls with up to 50 ms sleeps
             fired.set()
-            cleanup()  # end an injected fault first: a starved tree is slow to die
+            _kill_tree(proc, cg)  # first: the agent's tree must not compete with the canary
+            psi = accounting.psi_cpu_some_us()
+            psi_s = (psi - psi0) / 1e6 if psi is not None and psi0 is not None else -1.0
+            if accounting.starvation_suspected(*monitor.live, psi_s, time.monotonic() - t0):
+                canary[0] = accounting.cpu_canary(launch_prefix, LAUNCH_ENV)
+            cleanup()  # then end an injected fault: a starved tree is slow to die
             _kill_tree(proc, cg)
 
         timer = threading.Timer(limits.wall_s, on_timeout)
@@ -248,6 +258,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
             proc.wait()
         finally:
             timer.cancel()
+            timer.join()
             cleanup()
         timed_out = fired.is_set()
         wall = time.monotonic() - t0
@@ -268,7 +279,7 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
             starved_s=deficit_s,
             psi_cpu_some_s=(psi1 - psi0) / 1e6 if psi0 is not None and psi1 is not None else -1.0,
             cgroup=counters, host_oom_kills=accounting.host_oom_kills() - oom0, limits_held=held,
-            isolation=isolation)
+            isolation=isolation, host_canary_cpu_s=canary[0])
     finally:  # also on an exception: no stray tree, thread, cgroup or scratch directory is left
         if monitor is not None and monitor.is_alive():
             monitor.finish()

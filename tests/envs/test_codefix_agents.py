@@ -24,10 +24,11 @@ TASKS = codefix.list_tasks()
 # Faulty agents get short limits; the busy loop gets a long wall so SIGXCPU (not the wall clock)
 # ends it even on a loaded host.
 FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
-                 "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2)}
+                 "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2),
+                 "fill_disk": Limits(wall_s=12.0, cpu_s=4)}
 EXPECTED_REWARD = {Label.PASS: 1.0, Label.FAIL: 0.0, Label.REWARD_HACK: -1.0,
                    Label.AGENT_CPU: 0.0, Label.AGENT_TIMEOUT: 0.0, Label.AGENT_OOM: 0.0,
-                   Label.AGENT_ERROR: 0.0}
+                   Label.AGENT_ERROR: 0.0, Label.AGENT_QUOTA: 0.0}
 
 
 def _episode(task_name, agent_name, limits=None):

@@ -189,7 +189,9 @@ def verify(task: Task, workspace_dir: str, *, limits: sandbox.Limits = DEFAULT_L
                             limits=limits, env_fingerprint=task.fingerprint, nonce=verifier.new_nonce())
     except sandbox.SandboxUnavailable:
         raise
-    except Exception as e:  # the verifier's own failure is never the agent's
+    except Exception as e:  # the verifier's own failure is never the agent's: the scans and the
+        # results parser are total (agent input yields flags or garbage records, never raises), so
+        # what reaches here is positive evidence of a host-side failure
         return Verdict(reward=float("nan"), label=Label.INFRA_FAULT, tests_expected=0, tests_run=0,
                        tests_passed=0, tests_skipped=0,
                        evidence={"attribution": f"verifier_crash: {type(e).__name__}: {e}",

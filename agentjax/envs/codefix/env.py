@@ -16,6 +16,13 @@ Every tool, reads and writes included, runs inside the sandbox as uid 65534 with
 workspace writable: the host never follows a path the agent controls (a symlink to ``/etc/passwd``
 written by the agent is resolved inside the sandbox, where it is harmless). The workspace is a copy
 of the pristine repository committed as ONE git commit with no reflog, tags or remotes.
+
+Disk quota: the workspace is its own tmpfs mount limited in bytes AND inodes
+(:class:`Quota`, enforced by the kernel: a write past it fails with ``ENOSPC``, nothing reaches the
+host disk). A tool call that leaves it full ends the episode with ``agent_quota`` and the usage as
+evidence. Cleanup detaches the mount (whatever the agent built inside, e.g. a directory nested
+thousands deep); a workspace that still cannot be removed is recorded in ``cleanup_failures`` and
+the next ``reset()`` starts on a fresh one.
 """
 
 from __future__ import annotations
@@ -24,14 +31,16 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import warnings
 from typing import Any
 
 from agentjax.envs import sandbox
-from agentjax.envs.codefix import api, scan
+from agentjax.envs.codefix import api, scan, verifier
 from agentjax.envs.protocol import (
     Label,
     StepResult,
     ToolCallError,
+    Verdict,
     parse_tool_call,
     truncate_observation,
 )
@@ -39,7 +48,15 @@ from agentjax.trajectory import StopReason
 
 TOOLS = ("ls", "read", "write", "patch", "run", "test", "submit")
 _STOP = {Label.REWARD_HACK: StopReason.REWARD_HACK, Label.INFRA_FAULT: StopReason.INFRA_FAULT,
-         Label.AGENT_ERROR: StopReason.AGENT_ERROR}
+         Label.AGENT_ERROR: StopReason.AGENT_ERROR, Label.AGENT_QUOTA: StopReason.AGENT_ERROR}
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """Kernel-enforced workspace limits (a tmpfs ``size=`` and ``nr_inodes=``)."""
+
+    bytes: int = 64 << 20
+    inodes: int = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +67,29 @@ class EnvConfig:
     verify_limits: sandbox.Limits = api.DEFAULT_LIMITS
     inject: str | None = None  # a fault class injected into the final verification
     unsafe: bool = False  # run agent code WITHOUT isolation when the sandbox is unavailable
+    quota: Quota | None = Quota()  # None: no quota (only with unsafe=True, e.g. without root)
 
 
-def make_workspace(task: api.Task) -> str:
-    """A fresh, agent-owned copy of the pristine repository with flattened git history."""
+def _mount_quota(root: str, quota: Quota) -> None:
+    opts = f"size={quota.bytes},nr_inodes={quota.inodes},mode=0755,nosuid,nodev"
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentjax-ws", root],
+                       capture_output=True, text=True, env=sandbox.LAUNCH_ENV)
+    if r.returncode != 0:
+        os.rmdir(root)
+        raise sandbox.SandboxUnavailable(
+            f"cannot mount the workspace quota tmpfs on {root}: {r.stderr.strip()} (needs root); "
+            "set EnvConfig(quota=None, unsafe=True) to run without a disk quota")
+
+
+def make_workspace(task: api.Task, quota: Quota | None = None) -> str:
+    """A fresh, agent-owned copy of the pristine repository with flattened git history.
+
+    With ``quota`` the workspace's parent directory is a tmpfs of that size and inode count;
+    remove it with :func:`remove_workspace`.
+    """
     root = sandbox.scratch_dir("agentjax-ws-")
+    if quota is not None:
+        _mount_quota(root, quota)
     ws = os.path.join(root, "repo")
     shutil.copytree(task.repo_dir, ws)
     git = ["git", "-c", "user.name=agentjax", "-c", "user.email=agentjax@localhost",
@@ -70,6 +105,28 @@ def make_workspace(task: api.Task) -> str:
     return ws
 
 
+def remove_workspace(ws: str) -> str | None:
+    """Removes a workspace, whatever the agent built in it; None on success, else why not.
+
+    A quota workspace is detached first (``umount --lazy``: its tree is never walked). The rest
+    is removed by ``rm -rf --one-file-system``, which walks iteratively (``shutil.rmtree``
+    recurses: a tree nested ~1,000 deep raised ``RecursionError`` and wedged the env).
+    """
+    root = os.path.dirname(ws)
+    for argv in (["umount", "--lazy", root], ["rm", "-rf", "--one-file-system", "--", root]):
+        if argv[0] == "rm" or os.path.ismount(root):
+            subprocess.run(argv, capture_output=True, env=sandbox.LAUNCH_ENV)
+    return f"could not remove workspace {root}" if os.path.lexists(root) else None
+
+
+def quota_usage(ws: str, quota: Quota) -> dict[str, int]:
+    """Bytes and inodes in use on the workspace's tmpfs, with the limits."""
+    st = os.statvfs(os.path.dirname(ws))
+    return {"bytes_used": (st.f_blocks - st.f_bfree) * st.f_frsize, "bytes_limit": quota.bytes,
+            "inodes_used": st.f_files - st.f_ffree, "inodes_limit": quota.inodes,
+            "bytes_free": st.f_bavail * st.f_frsize, "inodes_free": st.f_favail}
+
+
 class CodefixEnv:
     """One episode at a time; implements :class:`agentjax.envs.protocol.Env`."""
 
@@ -79,6 +136,7 @@ class CodefixEnv:
         self.workspace: str | None = None
         self.steps = 0
         self.verdict = None
+        self.cleanup_failures: list[str] = []  # workspaces left behind (each reset uses a new one)
 
     def reset(self, task: Any, seed: int = 0) -> str:
         if not sandbox.probe().ok and not self.config.unsafe:
@@ -87,7 +145,8 @@ class CodefixEnv:
                 "Set EnvConfig(unsafe=True) to run WITHOUT isolation.")
         self.close()
         self.task = api.load_task(task) if isinstance(task, str) else task
-        self.workspace, self.steps, self.verdict, self.seed = make_workspace(self.task), 0, None, seed
+        self.workspace, self.steps, self.verdict, self.seed = (
+            make_workspace(self.task, self.config.quota), 0, None, seed)
         listing = "\n".join(f"./{rel}" for rel in sorted(scan.walk_tree(self.task.repo_dir)))
         return (f"Task {self.task.name}: {self.task.description}\n"
                 f"Editable files: {', '.join(self.task.editable)}\n"
@@ -96,8 +155,11 @@ class CodefixEnv:
 
     def close(self) -> None:
         if self.workspace:
-            shutil.rmtree(os.path.dirname(self.workspace), ignore_errors=True)
-            self.workspace = None
+            ws, self.workspace = self.workspace, None  # never reused, removed or not
+            err = remove_workspace(ws)
+            if err:
+                self.cleanup_failures.append(err)
+                warnings.warn(err, RuntimeWarning, stacklevel=2)
 
     def _sbx(self, argv: list[str], stdin: bytes | None = None) -> str:
         res = sandbox.run(argv, mounts=[sandbox.Mount(self.workspace, "/work", writable=True)],
@@ -140,6 +202,10 @@ class CodefixEnv:
                 return self._finish(StopReason.FINISHED)
             text = self._tool(call.name, call.args, call.body)
             ev: dict[str, Any] = {"tool": call.name}
+            if self.config.quota is not None:
+                usage = quota_usage(self.workspace, self.config.quota)
+                if usage["bytes_free"] == 0 or usage["inodes_free"] == 0:
+                    return self._quota_exceeded(text, usage)
         except ToolCallError as e:
             text, ev = f"error: {e}", {"tool": None, "agent_error": str(e)}
         obs, cut = truncate_observation(text, self.config.max_obs_chars)
@@ -147,6 +213,21 @@ class CodefixEnv:
         if self.steps >= self.config.max_steps:
             return self._finish(StopReason.TASK_CAP, obs)
         return StepResult(observation=obs, reward=0.0, done=False, evidence=ev)
+
+    def _quota_exceeded(self, text: str, usage: dict[str, int]) -> StepResult:
+        what = "bytes" if usage["bytes_free"] == 0 else "inodes"
+        why = (f"workspace_quota: {what} exhausted ({usage['bytes_used']}/{usage['bytes_limit']} "
+               f"bytes, {usage['inodes_used']}/{usage['inodes_limit']} inodes)")
+        v = Verdict(reward=0.0, label=Label.AGENT_QUOTA, tests_expected=0, tests_run=0,
+                    tests_passed=0, tests_skipped=0,
+                    evidence={"attribution": why, "quota": usage, "hack_detected": False},
+                    verifier_version=verifier.VERIFIER_VERSION,
+                    env_fingerprint=self.task.fingerprint)
+        self.verdict = v
+        obs, _ = truncate_observation(f"{text}\n[{why}]", self.config.max_obs_chars)
+        return StepResult(observation=obs, reward=0.0, done=True,
+                          stop_reason=StopReason.AGENT_ERROR.value,
+                          evidence={"steps": self.steps, "quota": usage}, verdict=v)
 
     def _finish(self, stop: StopReason, obs: str = "") -> StepResult:
         v = api.verify(self.task, self.workspace, limits=self.config.verify_limits,

@@ -122,13 +122,74 @@ def run_tree(repo_dir: str, files: Mapping[str, bytes], cases: Sequence[Mapping[
         reader.join(timeout=10)
         os.close(rfd)
         shutil.rmtree(tmp, ignore_errors=True)
-    records = []
-    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            records.append({"kind": "garbage", "text": line[:200]})
-    return res, records
+    return res, parse_records(b"".join(chunks))
+
+
+MAX_RECORDS = 10_000
+MAX_LINE_BYTES = 64 << 10
+MAX_DEPTH = 64  # a real record nests at most ~45 levels (the runner's encoder stops at 20)
+_KINDS = frozenset({"ready", "case", "report", "collect_error", "end"})
+
+
+def parse_records(data: bytes) -> list[dict[str, Any]]:
+    """The runner's pipe, as records of a fixed shape. TOTAL: never raises, bounded work.
+
+    Everything on the pipe may have been written by agent code (it holds the fd), so each line is
+    checked, not trusted: too long, not JSON, nested deeper than :data:`MAX_DEPTH`, not an object,
+    an unknown ``kind`` or a field of the wrong type becomes ``{"kind": "garbage"}`` (the verdict
+    treats garbage as an anomaly, i.e. tampering, never as a verifier failure).
+    """
+    out: list[dict[str, Any]] = []
+    for line in data.split(b"\n")[:MAX_RECORDS]:
+        if line.strip():
+            out.append(_record(line))
+    return out
+
+
+def _garbage(line: bytes) -> dict[str, Any]:
+    return {"kind": "garbage", "text": line[:200].decode("utf-8", "replace")}
+
+
+def _depth_ok(line: bytes) -> bool:
+    depth = 0  # brackets inside strings count too: conservative, and cheap
+    for b in line:
+        if b in b"[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif b in b"]}":
+            depth -= 1
+    return True
+
+
+def _record(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_LINE_BYTES or not _depth_ok(line):
+        return _garbage(line)
+    try:
+        return checked_record(json.loads(line.decode("utf-8")))
+    except Exception:  # noqa: BLE001 -- ValueError, RecursionError, MemoryError: agent-made
+        return _garbage(line)
+
+
+def _short_repr(r: Any) -> str:
+    try:
+        return repr(r)[:200]
+    except Exception:  # noqa: BLE001 -- RecursionError on a deep value
+        return "<unprintable>"
+
+
+_STR_FIELDS = {"case": ("id",), "report": ("nodeid", "outcome"), "collect_error": ("nodeid",)}
+
+
+def checked_record(r: Any) -> dict[str, Any]:
+    """``r`` if it has a record's shape, else a garbage record (never raises on JSON values)."""
+    if not isinstance(r, dict) or not isinstance(r.get("kind"), str) or r["kind"] not in _KINDS:
+        return {"kind": "garbage", "text": _short_repr(r)}
+    kind = r["kind"]
+    ok = all(isinstance(r.get(f), str) for f in _STR_FIELDS.get(kind, ()))
+    if kind == "case":
+        ok = ok and ("value" in r) != ("exc" in r) and isinstance(r.get("exc", ""), str)
+    return r if ok else {"kind": "garbage", "text": f"malformed {kind} record"}
 
 
 def decide(cases: Sequence[Mapping[str, Any]], res: sandbox.SandboxResult, records: list[Any], *,
@@ -139,20 +200,20 @@ def decide(cases: Sequence[Mapping[str, Any]], res: sandbox.SandboxResult, recor
     expected["canary_impossible"] = {"nonce": nonce}
     obs: dict[str, Any] = {}
     anomalies, reports, ready, end = [], {}, False, None
-    for i, r in enumerate(records):
-        kind = r.get("kind") if isinstance(r, dict) else None
+    for i, r in enumerate(checked_record(r) for r in records):
+        kind = r["kind"]
         if kind == "ready" and i == 0:
             ready = True
         elif kind == "case" and r.get("id") in expected and r["id"] not in obs:
             obs[r["id"]] = r
-        elif kind == "report" and isinstance(r.get("nodeid"), str):
-            reports.setdefault(r["nodeid"], []).append(r.get("outcome"))
+        elif kind == "report":
+            reports.setdefault(r["nodeid"], []).append(r["outcome"])
         elif kind == "collect_error":
             anomalies.append(f"collect_error:{r.get('nodeid')}")
         elif kind == "end" and end is None:
             end = r
         else:
-            anomalies.append(f"unexpected_record:{str(r)[:120]}")
+            anomalies.append(f"unexpected_record:{_short_repr(r)[:120]}")
     passed = {k for k, r in obs.items() if "value" in r and r["value"] == expected[k]}
     skipped = {k for k, r in obs.items() if r.get("exc") == "Skipped"}
     mem_err = any(r.get("exc") == "MemoryError" for r in obs.values()) or "MemoryError" in res.stderr
