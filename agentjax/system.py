@@ -217,7 +217,7 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run, tasks) -> Scheduler
         staleness_config=stl.StalenessConfig(batch_size=run.rl.batch_size,
                                              max_version_gap=s.max_version_gap,
                                              queue_capacity=max(4 * run.rl.batch_size, s.num_slots)),
-        executor=BatchingExecutor(worker),
+        executor=BatchingExecutor(),
     )
 
 
@@ -257,7 +257,6 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         tasks.set_state(restored.metadata["data_iterator"])
         with open(os.path.join(ckdir, f"scheduler_{step}.pkl"), "rb") as f:
             scheduler = Scheduler.restore(f.read(), tasks, worker, r.learner, skip_drawn=False)
-        scheduler.ex.worker = worker
         _truncate_jsonl(r.metrics_path, step)
         r.journal.truncate(restored.metadata["journaled"])
         if run.loss.kl_coef:

@@ -1,8 +1,9 @@
 """Event sources for the scheduler: a deterministic virtual clock and a real thread pool.
 
-Both executors expose the same four calls, so the scheduler never knows which one drives it:
+Both executors expose the same calls, so the scheduler never knows which one drives it:
 
-    ticket = executor.submit(fn, *args)   # start a job (a rollout round or a learner step)
+    ticket = executor.submit(fn, *args)   # start a job (a learner step)
+    ticket = executor.submit_round(worker, item)   # start a rollout round (worker.run_round(item))
     executor.cancel(ticket)               # its result will never be delivered
     ticket, result = executor.next()      # the next finished job, in (virtual or real) time order
     executor.now()                        # the current time in seconds
@@ -55,6 +56,9 @@ class VirtualClock:
     def cancel(self, seq: int) -> None:
         self._cancelled.add(seq)
 
+    def is_cancelled(self, seq: int) -> bool:
+        return seq in self._cancelled
+
     def pop(self) -> tuple[float, int, Any]:
         while self._heap:
             at, seq, event = heapq.heappop(self._heap)
@@ -93,6 +97,10 @@ class SimulatedExecutor:
             result, at = Failure(e), self.clock.now
         return self.clock.schedule(at, result)
 
+    def submit_round(self, worker: Any, item: Any) -> int:
+        """A rollout round: ``worker.run_round(item)`` (a batching executor may defer it)."""
+        return self.submit(worker.run_round, item)
+
     def cancel(self, ticket: int) -> None:
         self.clock.cancel(ticket)
 
@@ -129,6 +137,10 @@ class ThreadedExecutor:
         fut = self._pool.submit(fn, *args)
         fut.add_done_callback(lambda f, t=ticket: self._done.put((t, f)))
         return ticket
+
+    def submit_round(self, worker: Any, item: Any) -> int:
+        """A rollout round: ``worker.run_round(item)`` on a thread."""
+        return self.submit(worker.run_round, item)
 
     def cancel(self, ticket: int) -> None:
         # A running thread cannot be stopped: its result is dropped when it arrives.

@@ -136,7 +136,7 @@ class Scheduler:
             self.cfg.resume,
             self.state.pop(index, None),
         )
-        ticket = self.ex.submit(self.worker.run_round, item)
+        ticket = self.ex.submit_round(self.worker, item)
         self.running[ticket] = index
         self.round_start[index] = (self.ex.now(), self.version)
         if rec.behaviour_version < 0:

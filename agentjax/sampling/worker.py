@@ -97,40 +97,43 @@ class BatchingExecutor(SimulatedExecutor):
 
     max_consecutive_failures = 3
 
-    def __init__(self, worker: SamplerWorker):
+    def __init__(self):
         super().__init__()
-        self.worker = worker
-        self._deferred: list[tuple[int, float, WorkItem]] = []
+        self._deferred: list[tuple[int, float, Any, WorkItem]] = []  # (ticket, at, worker, item)
         self._ticket_of: dict[int, int] = {}  # clock seq of a flushed result -> submit ticket
         self._seq_of: dict[int, int] = {}  # submit ticket -> clock seq of its flushed result
 
-    def __getstate__(self):  # snapshots hold the clock, never the worker (params, envs)
+    def __getstate__(self):  # snapshots hold the clock, never a worker (params, envs)
         self.flush()
         return {"clock": self.clock, "_deferred": [], "_ticket_of": self._ticket_of,
                 "_seq_of": self._seq_of}
 
-    def submit(self, fn, *args):
-        if getattr(fn, "__func__", None) is SamplerWorker.run_round:
-            ticket = self.clock.schedule(self.clock.now, None)  # a placeholder until flushed
-            self._deferred.append((ticket, self.clock.now, args[0]))
-            return ticket
-        return super().submit(fn, *args)
+    def submit_round(self, worker, item: WorkItem) -> int:
+        """Defers ``worker``'s round until the clock next advances (see :meth:`flush`)."""
+        ticket = self.clock.schedule(self.clock.now, None)  # a placeholder until flushed
+        self._deferred.append((ticket, self.clock.now, worker, item))
+        return ticket
 
     def flush(self) -> None:
-        """Runs every deferred round (skipping cancelled ones) as one batch per version."""
-        live = [d for d in self._deferred if d[0] not in self.clock._cancelled]
+        """Runs every deferred round (skipping cancelled ones) as one batch per worker."""
+        live = [d for d in self._deferred if not self.clock.is_cancelled(d[0])]
         self._deferred = []
-        if not live:
-            return
+        by_worker: dict[int, list] = defaultdict(list)
+        for d in live:
+            by_worker[id(d[2])].append(d)
+        for group in by_worker.values():
+            self._flush(group[0][2], group)
+
+    def _flush(self, worker, live) -> None:
         try:
-            results = self.worker.run_rounds([item for _, _, item in live])
+            results = worker.run_rounds([item for _, _, _, item in live])
             self._failures = 0
         except Exception as e:  # noqa: BLE001 - a failed batch fails its rounds, not the run
             self._failures = getattr(self, "_failures", 0) + 1
             if self._failures >= self.max_consecutive_failures:  # a bug, not bad luck: be loud
                 raise RuntimeError(f"{self._failures} rollout batches failed in a row") from e
             results = [Failure(e)] * len(live)
-        for (ticket, at, _), res in zip(live, results, strict=True):
+        for (ticket, at, _, _), res in zip(live, results, strict=True):
             self.clock.cancel(ticket)  # the placeholder
             seq = self.clock.schedule(at + getattr(res, "duration", 0.0), res)
             self._ticket_of[seq], self._seq_of[ticket] = ticket, seq
