@@ -127,7 +127,7 @@ class _Run:
     def learner(self, version: int, batch) -> int:
         run = self.parts.run
         trajs: list[Trajectory] = [c.trajectory for c in batch]
-        arrays, bm = make_batch(trajs, [c.weight for c in batch], rows=run.rl.batch_size,
+        arrays, bm = make_batch(trajs, [c.weight for c in batch], rows=learner_rows(run),
                                 length=self.parts.model.max_seq_len)
         if multihost.is_multiprocess():  # data parallel over every process's devices
             arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
@@ -158,6 +158,14 @@ class _Run:
         done = [t for i, t in sorted(sch.traj.items()) if i not in self._journaled and i not in sch.paused]
         self._journaled.update(t.submit_index for t in done)
         self.journal.append(done)
+
+
+def learner_rows(run: runconfig.RunConfig) -> int:
+    """Rows of the learner batch (one compiled shape): under ``keep_all`` an episode is one row;
+    a context policy that rewrites the context makes each turn its own row (``to_rows``), and an
+    episode has at most ``caps.max_tool_calls`` turns."""
+    per_episode = 1 if run.context.policy == "keep_all" else run.caps.max_tool_calls
+    return run.rl.batch_size * per_episode
 
 
 def _count(xs):

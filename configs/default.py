@@ -25,6 +25,8 @@ def get_config() -> ml_collections.ConfigDict:
                        gen_seconds_per_token=0.02, learner_step_time=2.0)
     c.placement = dict(kind="colocated", learner_mesh=dict(data=1, fsdp=1, tensor=1),
                        sampler_mesh=dict(data=0, fsdp=0, tensor=0), sync_every=1)
+    # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than
+    # keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.
     c.context = dict(policy="keep_all", arg=0)
     c.loss = dict(name="grpo", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean",
                   filter="icepop", icepop_low=0.5, icepop_high=2.0,

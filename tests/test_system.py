@@ -170,3 +170,18 @@ def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
     assert resumed == train
     for x, y in zip(jax_leaves(_final_params(part)), jax_leaves(_final_params(full)), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.slow
+def test_rewritten_context_multi_turn_episodes_train(tmp_path):
+    """A context policy other than keep_all makes each turn of an episode its own learner row:
+    the learner batch is sized for it (it crashed with "batch needs more than 16 rows")."""
+    wd = str(tmp_path / "ctx")
+    out = subprocess.run(
+        _cmd(wd, "--config.context.policy=drop_oldest_observations", "--config.rl.steps=1",
+             "--config.rl.eval_every=100", "--config.checkpoint_every=0",
+             "--config.task.eval_tasks=4", "--config.warm_start.steps=0"),
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (train,) = [r for r in _metrics(wd) if "loss/total" in r]
+    assert train["batch/rows"] > 16  # 16 trajectories (rl.batch_size), more turns than that

@@ -219,13 +219,15 @@ class Rollout:
                     r.context = host[i, : int(self.state.length[i])].copy()
 
     def _rebuild(self, params, version):
-        """Re-prefills every unfinished row from its (rewritten) context into a fresh state."""
+        """Re-prefills every unfinished row into a fresh state: its (rewritten) context and, for a
+        row paused mid-action by the round budget, the action tokens generated so far (the model
+        must keep seeing them: they are part of the input of the rest of the action)."""
         l = self.sampler.config.max_seq_len
         arr = np.zeros((self.capacity, l), np.int32)
         lens = np.zeros(self.capacity, np.int32)
         for i, r in enumerate(self.rows):
             if not r.done and r.context is not None:
-                c = r.context[:l]
+                c = np.concatenate([r.context, np.asarray(r.gen["tok"], np.int32)])[:l]
                 arr[i, : c.size], lens[i] = c, c.size
         self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens,
                                          version=version)

@@ -130,3 +130,35 @@ def test_context_overflow_ends_the_episode_as_task_cap(params):
     assert len(trajs) == 3 and r.unfinished == 0
     capped = [t for t in trajs if t.stop_reason == StopReason.TASK_CAP]
     assert capped and all(t.final_reward == 0.0 for t in capped)
+
+
+def _rescore_rows(params, trajs):
+    """Every learner row of ``trajs`` scored in one fixed-shape batch (one compile)."""
+    from agentjax.learner.batching import make_batch  # noqa: PLC0415
+
+    n = sum(len(to_rows(t)) for t in trajs)
+    b, _ = make_batch(trajs, [1.0] * len(trajs), rows=n, length=CFG.max_seq_len)
+    lp, _ = SCORE(params, b["tokens"], b["positions"])
+    m = b["loss_mask"] > 0
+    return np.asarray(lp)[m], b["behav_logp"][m]
+
+
+def test_rewritten_context_with_round_budget_keeps_partial_actions(params):
+    """A row paused mid-action by the round budget, re-prefilled because another row's context
+    was rewritten, keeps its partial action tokens: the recorded log-probs equal rescoring."""
+    # Many stop tokens: actions end at different lengths, so rows pause at different times.
+    stops = (TOK.eos_id, *range(8, TOK.vocab_size, 3))
+    r = Rollout(Sampler(CFG, stop_tokens=stops), Codec(TOK), CAPS, _specs(3, seed=60),
+                context=drop_oldest_observations(0))
+    r.start(params, version=0)
+    finished = []
+    for k in range(60):
+        finished += r.advance(params, 0, jax.random.key(9 + k), token_budget=3)
+        if not r.unfinished:
+            break
+        r.resume(params, 0, mode="keep")
+    assert len(finished) == 3
+    assert any(turn.pauses for t in finished for turn in t.turns if len(t.turns) > 1)
+    assert any(not t.is_keep_all() for t in finished)
+    rescored, recorded = _rescore_rows(params, finished)
+    np.testing.assert_array_equal(rescored, recorded)
