@@ -72,18 +72,19 @@ class ContextSection:
 
 @dataclasses.dataclass(frozen=True)
 class CodefixSection:
-    """``task.name='codefix'`` (evaluation only, ``launch/eval.py``): real-sandbox tasks, scripted agents."""
+    """``task.name='codefix'``: real-sandbox tasks; scripted agents (eval, warm-start demonstrations)."""
 
     tasks: tuple = ()  # bundled task names (agentjax.envs.codefix.list_tasks()); () = all of them
     agents: tuple = ("oracle", "no_op", "wrong_fix")  # agentjax.envs.codefix.agents.AGENTS
     inject: str = ""  # an infra fault class injected into every final verification; "" = none
     audit: bool = True  # judge every final tree again with the independent audit (H)
+    max_obs_chars: int = 8000  # a longer tool output keeps its head and tail (recorded cut)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     seed: int
-    model: dict  # ModelConfig fields but vocab_size (taken from the tokenizer)
+    model: dict  # ModelConfig fields but vocab_size (tokenizer); or hf_path + agentjax.tasks.model.HF_FIELDS
     task: TaskConfig
     caps: Caps
     warm_start: WarmStartConfig
@@ -104,7 +105,7 @@ _SECTIONS = {
     "scheduler": SchedulerSection, "placement": PlacementSection, "context": ContextSection,
     "loss": LossConfig, "optim": OptimConfig, "codefix": CodefixSection,
 }
-TASKS = ("minirepo", "codefix")  # codefix: evaluation of scripted agents only (no model tokenizer)
+TASKS = ("minirepo", "codefix")  # codefix trains with model.hf_path (a BPE tokenizer)
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
 
 
@@ -170,19 +171,24 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     model = dict(d.get("model", {}))
     if "vocab_size" in model:
         raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
-    configcheck.check_types("model", ModelConfig, model)
-    try:  # field names and values checked now
-        ModelConfig.from_dict({**model, "vocab_size": 8})
-    except ConfigError as e:  # name every field the model's own message mentions as model.<field>
-        fields = "|".join(f.name for f in dataclasses.fields(ModelConfig))
-        raise ConfigError(re.sub(rf"(?<![.\w])({fields})=", r"model.\1=", str(e))) from None
+    if model.get("hf_path"):  # a local HF directory: its files are checked in system.build
+        from agentjax.tasks import model as task_model  # noqa: PLC0415
+
+        task_model.check(model)
+    else:
+        plain = {k: v for k, v in model.items() if k not in ("hf_path", "tool_format")}
+        configcheck.check_types("model", ModelConfig, plain)
+        try:  # field names and values checked now
+            ModelConfig.from_dict({**plain, "vocab_size": 8})
+        except ConfigError as e:  # name every field the model's own message mentions as model.<field>
+            fields = "|".join(f.name for f in dataclasses.fields(ModelConfig))
+            raise ConfigError(re.sub(rf"(?<![.\w])({fields})=", r"model.\1=", str(e))) from None
     t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
     from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
 
-    if t.name == "codefix" and not evaluation:
-        raise ConfigError("task.name='codefix' is invalid for training; allowed values: ['minirepo'] "
-                          "(codefix is evaluated with scripted agents: python -m launch.eval "
-                          "--config=configs/codefix_eval.py)")
+    if t.name == "codefix" and not evaluation and not model.get("hf_path"):
+        raise ConfigError("task.name='codefix' needs a real tokenizer for training: set model.hf_path "
+                          "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)")
     _choice("task.name", t.name, TASKS)
     _check_codefix(parts["codefix"])
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))

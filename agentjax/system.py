@@ -25,75 +25,80 @@ from typing import Any
 import grain
 import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
-from agentjax import runconfig
+from agentjax import runconfig, tasks
 from agentjax.diagnostics import tbevents
 from agentjax.diagnostics.evaluate import evaluate
-from agentjax.envs import minirepo
 from agentjax.learner import checkpoint as ckpt
 from agentjax.learner.batching import make_batch
 from agentjax.learner.journal import Journal
 from agentjax.learner.sft import demo_rows, sft_train
 from agentjax.learner.step import init_train_state, make_optimizer, make_train_step
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import init_params
-from agentjax.policy.tokenizer import WordTokenizer
+from agentjax.policy.model import abstract_params, init_params
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.context import make_context_policy
-from agentjax.policy.codec import Codec
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.transforms import Greedy, Temperature
-from agentjax.sampling.worker import BatchingExecutor, GroupTask, SamplerWorker
-from agentjax.sharding import multihost, shard_params
+from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
+from agentjax.sharding import multihost, param_shardings, shard_params
 from agentjax.sharding.placement import SyncStats, make_placement, sync_weights
-from agentjax.envs.minirepo.agents import demonstrations
+from agentjax.tasks import model as task_model
 from agentjax.trajectory import Trajectory
 
 
 @dataclasses.dataclass
 class Parts:
-    """What one run is built from (pure functions of the config)."""
+    """What one run is built from (pure functions of the config): the task suite and the policy."""
 
     run: runconfig.RunConfig
-    tokenizer: WordTokenizer
-    model: ModelConfig
-    codec: Codec
-    make_env: Callable[[], Any]
-    heldout: list
-    difficulty: Any
+    suite: tasks.TaskSuite
+    policy: task_model.Policy
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.policy.config
+
+    @property
+    def tokenizer(self):
+        return self.policy.tokenizer
+
+    @property
+    def codec(self):
+        return self.policy.codec
+
+    @property
+    def heldout(self) -> list:
+        return self.suite.heldout
+
+    @property
+    def make_env(self) -> Callable[[], Any]:
+        return self.suite.make_env
 
 
 def build(run: runconfig.RunConfig) -> Parts:
-    tok = WordTokenizer(minirepo.vocabulary())
-    model = ModelConfig.from_dict({**run.model, "vocab_size": tok.vocab_size})
-    diff = minirepo.PRESETS[run.task.difficulty]
-    if not run.task.hack_tool:
-        diff = dataclasses.replace(diff, hack_prob=0.0)
-    latency = minirepo.LONG_TAILED if run.task.latency == "long_tailed" else minirepo.FIXED
-    env_cfg = minirepo.EnvConfig(max_steps=run.task.max_steps, latency=latency)
-    heldout = [minirepo.generate(i, "heldout", diff) for i in range(run.task.eval_tasks)]
-    codec, env = Codec(tok), minirepo.MinirepoEnv(env_cfg)
-    shortest = min(len(codec.prompt(env.reset(t, 0))) for t in heldout)
-    if model.max_seq_len < shortest + run.caps.max_action_tokens:  # no room for one whole action
+    """The task suite and the policy; a HF directory's files are all checked here (before training)."""
+    suite = tasks.make(run)
+    parts = Parts(run, suite, task_model.build(run.model, suite))
+    env = suite.make_env()
+    shortest = min(len(parts.codec.prompt(env.reset(t, 0))) for t in suite.heldout)
+    if hasattr(env, "close"):
+        env.close()
+    if parts.model.max_seq_len < shortest + run.caps.max_action_tokens:  # no room for one whole action
         raise runconfig.ConfigError(
-            f"model.max_seq_len={model.max_seq_len} is too small for any episode: the shortest task "
+            f"model.max_seq_len={parts.model.max_seq_len} is too small for any episode: the shortest task "
             f"prompt is {shortest} tokens and one action up to caps.max_action_tokens="
             f"{run.caps.max_action_tokens}; must be >= {shortest + run.caps.max_action_tokens}")
-    return Parts(run, tok, model, codec, lambda: minirepo.MinirepoEnv(env_cfg), heldout, diff)
+    return parts
 
 
 def task_dataset(parts: Parts) -> grain.MapDataset:
-    """GRPO groups as a grain dataset: each training task ``group_size`` times in a row, each
-    member with its own seed. Its iterator state checkpoints with the run (exact resume)."""
-    g, base, diff = parts.run.rl.group_size, parts.run.seed * 1_000_003, parts.difficulty
-
-    def member(i: int) -> GroupTask:
-        task = minirepo.generate(base + i // g, "train", diff)
-        return GroupTask(task, seed=int(i), task_id=task.task_id, task_class=task.task_class)
-
-    return grain.MapDataset.range(1 << 40).map(member)
+    """GRPO groups as a grain dataset (:meth:`TaskSuite.train_item`). Its iterator state
+    checkpoints with the run (exact resume)."""
+    return grain.MapDataset.range(1 << 40).map(parts.suite.train_item)
 
 
 class _Run:
@@ -187,15 +192,14 @@ def _write_rows(path: str, rows: list[dict]) -> None:
 def _eval(r: _Run, params, version: int) -> dict:
     p = r.parts
     return evaluate(r.greedy, p.codec, p.run.caps, params, version, p.heldout, p.make_env,
-                    audit_fn=lambda task, env: env.audit(), planted=lambda t: bool(t.hack_tool),
-                    seed=10_000)
+                    audit_fn=p.suite.audit_fn, planted=p.suite.planted, seed=10_000)
 
 
 def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
     ws = parts.run.warm_start
     if ws.steps == 0:
         return params, {}
-    eps = demonstrations(ws.episodes, seed=parts.run.seed * 7919, difficulty=parts.difficulty)
+    eps = parts.suite.demonstrations(ws.episodes, seed=parts.run.seed * 7919)
     rows = demo_rows([e.pairs for e in eps], parts.codec, parts.model.max_seq_len)
     demo_success = float(np.mean([e.success for e in eps]))
     params, losses = sft_train(params, parts.model, rows, steps=ws.steps, batch_size=ws.batch_size,
@@ -244,11 +248,7 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     r = _Run(parts, workdir, log)
     ckdir = os.path.join(workdir, "checkpoints")
     refdir = os.path.join(workdir, "reference")
-    params0 = init_params(parts.model, jax.random.key(run.seed))
-    if multihost.is_multiprocess():
-        params0 = multihost.replicate(params0, r.placement.learner_mesh)
-    else:
-        params0 = shard_params(params0, r.placement.learner_mesh, r.placement.rules)
+    params0 = _initial_params(parts, r.placement)
     worker = SamplerWorker(r.sampler, parts.codec, run.caps, parts.make_env,
                            rng=jax.random.key(run.seed + 1),
                            gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
@@ -280,7 +280,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
                 os.remove(stale)
         if os.path.isdir(refdir):  # a reference left by a run that never reached a checkpoint
             shutil.rmtree(refdir)
-        demo = minirepo_success(parts)
+        if parts.policy.hf_path:  # what launch.export needs besides the weights
+            task_model.save_source(parts.policy, os.path.join(workdir, task_model.SOURCE_DIR))
+        demo = parts.suite.baseline()
         log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
         params, ws = warm_start(parts, params0, log)
         e0 = _eval(r, multihost.local_view(params), 0)
@@ -345,11 +347,20 @@ def resolved_versions() -> dict:
     return out
 
 
-def minirepo_success(parts: Parts) -> float:
-    """The imperfect scripted demonstrator's held-out success (the bar RL has to beat)."""
-    from agentjax.envs.minirepo.agents import DemonstratorAgent, success_rate  # noqa: PLC0415
-
-    return success_rate(DemonstratorAgent, parts.heldout, parts.make_env())
+def _initial_params(parts: Parts, placement):
+    """Random init, or the HF checkpoint read straight onto the learner mesh's shardings."""
+    mesh = placement.learner_mesh
+    if parts.policy.hf_path:
+        if multihost.is_multiprocess():
+            rep = NamedSharding(mesh, PartitionSpec())
+            shardings = jax.tree.map(lambda _: rep, abstract_params(parts.model))
+        else:
+            shardings = param_shardings(abstract_params(parts.model), mesh, placement.rules)
+        return task_model.load_params(parts.policy, shardings)
+    params0 = init_params(parts.model, jax.random.key(parts.run.seed))
+    if multihost.is_multiprocess():
+        return multihost.replicate(params0, mesh)
+    return shard_params(params0, mesh, placement.rules)
 
 
 def _progress(rows, scheduler, r: _Run, last_eval) -> str:

@@ -8,8 +8,8 @@ agents (``oracle`` must pass, ``no_op`` and ``wrong_fix`` must fail) and the 18 
 ``allocate_2gb``, ``fork_bomb``) may be added; they run into the verifier's limits and take longer.
 Needs root, ``bwrap`` and ``setpriv`` (``apt-get install bubblewrap util-linux``).
 
-A model agent on codefix is not supported: the built-in word tokenizer covers minirepo only.
-``task.name='codefix'`` is rejected by ``launch/train.py``.
+To train a model on codefix, use ``configs/codefix_tiny.py`` (a HF directory: BPE tokenizer and
+chat template); ``launch/train.py`` rejects codefix without ``model.hf_path``.
 
     python -m launch.eval --config=configs/codefix_eval.py --out=/tmp/codefix_eval.json
     python -m launch.eval --config=configs/codefix_eval.py --agent=oracle --num_tasks=3

@@ -12,3 +12,14 @@ import jax  # noqa: E402
 _cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jax_cache")
 jax.config.update("jax_compilation_cache_dir", _cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_dir(tmp_path_factory):
+    """The tiny Qwen3 HF directory of ``launch/make_tiny_hf.py`` (BPE trained on codefix)."""
+    from launch import make_tiny_hf  # noqa: PLC0415
+
+    return make_tiny_hf.make(tmp_path_factory.mktemp("tiny_qwen3"))

@@ -19,6 +19,7 @@ from agentjax.policy.config import ConfigError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_CONFIGS = ("default", "smoke", "sync_exact", "disaggregated", "moe", "codefix_eval")
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
+HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/test_codefix_training.py
 
 
 def _load(name):
@@ -28,7 +29,7 @@ def _load(name):
 def test_every_config_is_classified_and_loads():
     paths = glob.glob(os.path.join(ROOT, "configs", "*.py"))
     names = {os.path.basename(p)[:-3] for p in paths} - {"__init__"}
-    assert names == set(RUN_CONFIGS) | set(OTHER_CONFIGS), "classify new configs here"
+    assert names == set(RUN_CONFIGS) | set(OTHER_CONFIGS) | set(HF_CONFIGS), "classify new configs here"
     for name in OTHER_CONFIGS:  # configs of other launchers (their own tests check them)
         assert len(_load(name)) > 0
 
@@ -52,7 +53,7 @@ def test_run_configs_parse(name):
 def test_codefix_eval_config_is_for_evaluation_only():
     run = runconfig.parse(_load("codefix_eval"), evaluation=True)
     assert run.task.name == "codefix" and "oracle" in run.codefix.agents and len(run.codefix.agents) == 21
-    with pytest.raises(ConfigError, match="task.name='codefix' is invalid for training"):
+    with pytest.raises(ConfigError, match="task.name='codefix' needs a real tokenizer for training"):
         runconfig.parse(_load("codefix_eval"))
 
 

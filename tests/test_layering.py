@@ -19,14 +19,16 @@ ALLOWED = {
     "learner": {"policy", "objectives", "trajectory"},
     "diagnostics": {"policy", "sampling", "envs", "objectives", "trajectory"},
     "configcheck": {"policy"},
+    "tasks": {"policy", "sampling", "envs", "trajectory"},
     "runconfig": {"policy", "sampling", "learner", "envs", "objectives", "sharding", "trajectory",
-                  "configcheck"},
+                  "configcheck", "tasks"},
     "report": {"diagnostics", "trajectory"},
     "system": {"runconfig", "policy", "sampling", "learner", "envs", "objectives", "sharding",
-               "diagnostics", "trajectory", "report"},
-    "evaluation": {"runconfig", "system", "policy", "sampling", "learner", "envs", "diagnostics"},
+               "diagnostics", "trajectory", "report", "tasks"},
+    "evaluation": {"runconfig", "system", "policy", "sampling", "learner", "envs", "diagnostics",
+                   "tasks"},
     "testing": {"trajectory", "objectives", "policy", "envs", "sharding", "sampling", "learner",
-                "diagnostics", "runconfig", "system", "evaluation"},
+                "diagnostics", "runconfig", "system", "evaluation", "tasks"},
 }  # fmt: skip
 
 

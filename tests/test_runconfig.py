@@ -58,8 +58,8 @@ def _codefix():
     return c
 
 
-def test_codefix_is_for_evaluation_only():
-    match = r"task.name='codefix' is invalid for training; allowed values: \['minirepo'\]"
+def test_codefix_training_needs_a_hf_tokenizer():
+    match = r"task.name='codefix' needs a real tokenizer for training: set model.hf_path"
     with pytest.raises(ConfigError, match=match):
         parse(_codefix())
     run = parse(_codefix(), evaluation=True)

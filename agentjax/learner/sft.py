@@ -30,7 +30,7 @@ def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, lengt
         ids, m = [], []
         for t, (obs, act) in enumerate(pairs):
             o = codec.prompt(obs) if t == 0 else codec.observation(obs)
-            a = [*codec.tokenizer.encode(act), codec.stop]
+            a = codec.action_ids(act)
             ids += o + a
             m += [0] * len(o) + [1] * len(a)
         k = min(len(ids), length)

@@ -30,6 +30,12 @@ class Codec:
         sp = self.tokenizer.specials
         return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
 
+    keep_tail = 1  # tokens at the end of an observation a cut keeps (the turn marker)
+
     def action_text(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids if int(i) != self.stop]
         return self.tokenizer.decode(ids, skip_specials=True)
+
+    def action_ids(self, text: str) -> list[int]:
+        """An action as the policy generates it (demonstrations): its tokens and the stop token."""
+        return [*self.tokenizer.encode(text), self.stop]

@@ -25,7 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentjax.envs.protocol import Env
+from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError
 from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
 from agentjax.sampling.partial import resume as resume_state
@@ -71,6 +71,7 @@ class _Row:
                                                                "env_wall": 0.0})
     obs_cut: int = 0
     env_error: str | None = None  # the exception a broken environment raised
+    call_error: str | None = None  # why the action was not a tool call (agent_error)
 
 
 def bucket(n: int, smallest: int = 8) -> int:
@@ -194,10 +195,12 @@ class Rollout:
         return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room), 0)
 
     def _cut(self, r: _Row, toks: list[int]) -> list[int]:
-        """Explicit, recorded rule for over-long inputs: keep the head and the final turn marker."""
+        """Explicit, recorded rule for over-long inputs: keep the head and the codec's turn suffix
+        (the final ``keep_tail`` tokens: the turn marker / the template's generation prompt)."""
         if len(toks) > self.width:
+            tail = self.codec.keep_tail
             r.obs_cut += len(toks) - self.width
-            toks = toks[: self.width - 1] + toks[-1:]
+            toks = toks[: self.width - tail] + toks[-tail:]
         return toks
 
     def _extend(self, params, version, toks: list[list[int]]):
@@ -252,7 +255,12 @@ class Rollout:
     def _env_step(self, i: int) -> list[int]:
         """Hands the action to the environment; returns the observation tokens to append."""
         r = self.rows[i]
-        text = self.codec.action_text(r.gen["tok"])
+        try:
+            text = self.codec.action_text(r.gen["tok"])
+        except ToolCallError as e:  # a malformed call is the agent's error, never a crash
+            self._close_turn(i, [])
+            r.done, r.stop, r.call_error = True, StopReason.AGENT_ERROR, str(e)
+            return []
         t0 = time.perf_counter()
         try:
             res = r.spec.env.step(text)
@@ -283,6 +291,9 @@ class Rollout:
             fp, vv = verdict.env_fingerprint, verdict.verifier_version
         elif r.env_error is not None:  # the environment broke: masked, never a silent zero
             final, label, evidence, fp, vv = None, "infra_fault", {"env_error": r.env_error}, "", ""
+        elif r.call_error is not None:  # the reply held no well-formed tool call
+            final = REWARD_TREATMENT[Label.AGENT_ERROR].reward
+            label, evidence, fp, vv = "agent_error", {"tool_call_error": r.call_error}, "", ""
         else:  # capped before the environment gave a verdict: the agent failed its task
             final, label, evidence, fp, vv = 0.0, "fail", {}, "", ""
         if r.obs_cut:

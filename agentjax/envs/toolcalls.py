@@ -1,0 +1,136 @@
+"""Tool calls in generated text: Hermes/Qwen JSON and the plain protocol format, both ways.
+
+A model's reply may hold ``<think>...</think>`` blocks (never parsed) and then either
+
+- **hermes** (Qwen2.5/Qwen3, Hermes, many tool-tuned models)::
+
+      <tool_call>
+      {"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}}
+      </tool_call>
+
+- **plain** (the environment protocol's own format, :mod:`agentjax.envs.protocol`)::
+
+      write pkg/core.py
+      ...body...
+
+:func:`parse` turns a reply into the plain text an environment steps on; a reply that holds no
+call, malformed JSON, an unknown tool or wrong arguments raises :class:`ToolCallError` (the
+rollout ends the episode as ``agent_error`` with that message as evidence). JSON arguments map to
+the plain format through the tool's schema (OpenAI function format, as chat templates take it):
+its properties in declared order are the positional arguments, except ``body``, which is the body.
+:func:`render` is the inverse (demonstrations written by scripted agents in the plain format).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+
+from agentjax.envs.protocol import ToolCallError, format_tool_call, parse_tool_call
+
+FORMATS = ("plain", "hermes")
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+BODY = "body"
+
+
+def schema(name: str, description: str, **params: str) -> dict:
+    """An OpenAI-style function schema; ``params`` name -> description, all strings, in order.
+    A trailing ``?`` on a description marks the parameter optional."""
+    props = {k: {"type": "string", "description": v.rstrip("?")} for k, v in params.items()}
+    required = [k for k, v in params.items() if not v.endswith("?")]
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
+
+
+def strip_think(text: str) -> str:
+    """The reply without its ``<think>`` blocks (an unclosed one runs to the end)."""
+    return _THINK.sub("", text)
+
+
+def _by_name(tools: Sequence[Mapping]) -> dict[str, Mapping]:
+    return {t["function"]["name"]: t["function"] for t in tools}
+
+
+def _to_plain(call, tools: dict[str, Mapping]) -> str:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ToolCallError(f"a tool call must be a JSON object with a string 'name'; got {call!r:.80}")
+    name, args = call["name"], call.get("arguments", {})
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ToolCallError(f"tool {name!r}: 'arguments' is not valid JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise ToolCallError(f"tool {name!r}: 'arguments' must be an object; got {args!r:.80}")
+    if name not in tools:
+        raise ToolCallError(f"unknown tool {name!r}; tools: {', '.join(tools)}")
+    params = tools[name].get("parameters", {})
+    props = list(params.get("properties", {}))
+    unknown = sorted(set(args) - set(props))
+    if unknown:
+        raise ToolCallError(f"tool {name!r}: unknown arguments {unknown}; allowed: {props}")
+    missing = [k for k in params.get("required", []) if k not in args]
+    if missing:
+        raise ToolCallError(f"tool {name!r}: missing required arguments {missing}")
+    positional = []
+    for k in props:
+        if k == BODY or k not in args:
+            continue
+        v = str(args[k])
+        if not v.strip() or "\n" in v:
+            raise ToolCallError(f"tool {name!r}: argument {k!r} must be one non-empty line")
+        positional.append(v)
+    return format_tool_call(name, *positional, body=str(args.get(BODY, "")))
+
+
+def parse(text: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
+    """The plain-format action in a generated reply (see the module docstring)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"tool-call format {fmt!r} is invalid; allowed values: {list(FORMATS)}")
+    reply = strip_think(text)
+    if fmt == "plain":
+        if not reply.strip():
+            raise ToolCallError("empty action: expected '<tool_name> [args...]'")
+        return reply.strip("\n")
+    calls = _CALL.findall(reply)
+    if not calls:
+        if "<tool_call>" in reply:
+            raise ToolCallError("unterminated <tool_call>: no closing </tool_call>")
+        raise ToolCallError("no <tool_call>...</tool_call> in the reply")
+    if len(calls) > 1:
+        raise ToolCallError(f"{len(calls)} tool calls in one reply; one call per turn")
+    try:
+        call = json.loads(calls[0])
+    except json.JSONDecodeError as e:
+        raise ToolCallError(f"<tool_call> is not valid JSON: {e}") from None
+    return _to_plain(call, _by_name(tools))
+
+
+def render(plain: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
+    """A plain-format action as the reply a model would write in ``fmt`` (for demonstrations)."""
+    if fmt == "plain":
+        return plain
+    call = parse_tool_call(plain)
+    spec = _by_name(tools).get(call.name)
+    if spec is None:
+        raise ToolCallError(f"unknown tool {call.name!r}; tools: {', '.join(_by_name(tools))}")
+    names = [k for k in spec.get("parameters", {}).get("properties", {}) if k != BODY]
+    if call.args and not names:
+        raise ToolCallError(f"tool {call.name!r} takes no arguments; got {list(call.args)}")
+    if len(call.args) > len(names):  # extra words belong to the last positional argument
+        call = call.__class__(
+            call.name, (*call.args[: len(names) - 1], " ".join(call.args[len(names) - 1 :])), call.body
+        )
+    args = dict(zip(names, call.args, strict=False))
+    if call.body:
+        args[BODY] = call.body
+    obj = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+    return f"<tool_call>\n{obj}\n</tool_call>"
