@@ -56,8 +56,8 @@ def check(model: dict) -> None:
 
 def build(model: dict, suite) -> Policy:
     """Config, tokenizer and codec; every file of a HF directory is checked here, before training."""
-    from agentjax.policy.tokenizer import WordTokenizer  # noqa: PLC0415
     from agentjax.policy.codec import Codec  # noqa: PLC0415
+    from agentjax.policy.tokenizer import WordTokenizer  # noqa: PLC0415
 
     path = model.get("hf_path") or ""
     if not path:
