@@ -10,6 +10,7 @@ Pass one key per row (``row_keys: [B]``) for a row's tokens to be independent of
 and of its row index; a single key is split over rows, so row i's stream depends on i.
 """
 
+from agentjax.sampling.engine import Engine
 from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler, SamplerState, Span, Status, take
@@ -18,6 +19,7 @@ from agentjax.sampling.transforms import Chain, Greedy, Temperature, TopK, TopP,
 __all__ = [
     "Caps",
     "Chain",
+    "Engine",
     "EpisodeSpec",
     "Greedy",
     "ResumeMode",
