@@ -1,15 +1,21 @@
 """Which presets fit which TPU topologies, and with which settings: writes docs/pod_fit.md.
 
-    python benchmarks/fit_table.py                      # all presets x topologies x placements
-    python benchmarks/fit_table.py --presets=qwen3_8b --topologies=v5e:16x16 --out=/tmp/t.md
+    python benchmarks/fit_table.py --cache=docs/pod_fit.json   # every preset x topology x
+                                                               # placement x mode (resumable)
+    python benchmarks/fit_table.py --presets=qwen3_8b --topologies=v5e:16x16 --modes=fast
 
-For every (preset, topology, placement) the learner's train step and the sampler's prefill and
-decode steps are compiled with the real TPU compiler (libtpu, no TPU needed) for each candidate
-setting in order; the first candidate that fits is recorded. It fits, but it is not the largest
-setting that would. Candidates differ in mesh (FSDP / tensor / expert degree), batch, sequence
-length and microbatches, largest first; all run the model as ``aot.pod_config`` sets it up
-(``remat="layer"`` and ``activation_rows`` = the ``batch`` rule's mesh axes), without which FSDP
-training does not fit at these sizes (see docs/pod_readiness.md).
+For every (preset, topology, placement, mode) the real programs (``aot.compile_train``: the
+learner's ``make_train_step`` with ``aot.POD_LOSS``; ``aot.compile_sampler``: the sampler's
+prefill and decode) are compiled with the real TPU compiler (libtpu, no TPU needed) for each
+candidate setting in order; the first candidate that fits is recorded, with a roofline estimate
+of each step (``agentjax/sharding/roofline.py``). Modes are ``programs.MODES``: fast, exact_bf16,
+exact_f32. The flags select a subset; ``--cache`` keeps every finished case, so the full table
+is built over several runs and the document lists the cases not compiled yet. The first
+candidate that fits is not necessarily the largest setting that would. Candidates differ in
+mesh (FSDP / tensor / expert degree), batch, sequence length and microbatches, largest first;
+all run the model as ``aot.pod_config`` sets it up (``remat="layer"`` and ``activation_rows``
+= the ``batch`` rule's mesh axes), without which FSDP training does not fit at these sizes (see
+docs/pod_readiness.md).
 
 A compile takes minutes on a 2-core host (a Qwen3-8B train step: ~3.5 CPU-minutes), so a
 candidate whose per-chip estimate is over the chip's HBM is not compiled: the table lists it as
@@ -28,15 +34,17 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from agentjax.policy.presets import n_params, preset  # noqa: E402
-from agentjax.sharding import aot  # noqa: E402
+from agentjax.sharding import aot, programs  # noqa: E402
 from agentjax.sharding.rules import ShardingError, ShardingRules  # noqa: E402
 
 _PRESETS = flags.DEFINE_list("presets", ["qwen3_8b", "qwen3_32b", "qwen3_30b_a3b"], "presets")
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v5e:16x16", "v5p:4x4x4", "v6e:8x8"], "topologies")
 _PLACEMENTS = flags.DEFINE_list("placements", ["colocated", "disaggregated"], "placements")
+_MODES = flags.DEFINE_list("modes", list(programs.MODES), "kernel modes (programs.MODES)")
 _OUT = flags.DEFINE_string("out", "docs/pod_fit.md", "markdown output")
 _CACHE = flags.DEFINE_string("cache", None, "JSON file of finished cases (read and extended)")
 _RENDER_ONLY = flags.DEFINE_bool("render_only", False, "only render the cases in --cache")
@@ -61,8 +69,9 @@ SAMPLER = {
 COLOCATED_SAMPLER = [(4, 2048, 8192), (2, 1024, 4096), (1, 1024, 2048)]
 
 
-# Estimates, to skip compiles that cannot fit. Train: parameter state (bf16 parameters and
-# gradients, float32 first and bf16 second AdamW moment: 10 bytes per parameter) over the chips,
+# Estimates, to skip compiles that cannot fit. Train: parameter state (parameters, gradients,
+# both AdamW moments and the KL reference, all in the parameter dtype: 5 x 2 bytes per bf16
+# parameter) over the chips,
 # plus activations per sequence per chip, measured at 4096 tokens on v5p (train peak minus the
 # state: Qwen3-8B 6.9, Qwen3-32B 14.5, 30B-A3B 9.4 GiB), scaled linearly with the sequence
 # length and by chip kind and slice: the smallest ratio measured over the three presets and both
@@ -74,7 +83,6 @@ TRAIN_SKIP = 0.9  # skip a learner candidate estimated above this fraction of HB
 # Sampler: measured prefill peak / estimate_sample, smallest seen per placement (colocated, on
 # the learner's FSDP mesh: 1.15 to 2.1; disaggregated, data x tensor (x expert): 0.8 to 1.2).
 SAMPLE_RATIO = {"colocated": 1.15, "disaggregated": 0.8}
-PREVIEW = "aot.proposed_model_patch"  # cache rows compiled with the since-removed preview
 
 
 def _shards(mesh: dict[str, int]) -> int:
@@ -87,25 +95,25 @@ def _log(msg: str) -> None:
 
 def estimate_train(name: str, cfg, n_chips: int, kind: str, per: int, seq: int) -> float:
     """Estimated train-step peak (bytes per chip) with ``per`` sequences of ``seq`` per chip."""
-    state = n_params(cfg) * 10 / n_chips
+    state = n_params(cfg) * 5 * jnp.dtype(cfg.pdtype).itemsize / n_chips
     act = TRAIN_ACT_GIB_4096.get(name, 0.0) * aot.GiB * per * seq / 4096
     return state + act * KIND_FACTOR.get(kind, 0.8)
 
 
 def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int,
                     resident: int = 0) -> float:
-    """A rough prefill peak (bytes per chip): bf16 parameters over the parameter axes, the KV
-    cache, float32 logits and attention scores of ``per`` sequences per chip (see
+    """A rough prefill peak (bytes per chip): parameters over the parameter axes, the KV cache
+    and attention scores of ``per`` sequences per chip (prefill computes no logits; see
     :data:`SAMPLE_RATIO` for how it compares with the compiled programs)."""
     split = mesh["fsdp"] * mesh["tensor"]
-    params = n_params(cfg) * 2 / (split * (mesh["expert"] if cfg.is_moe else 1))
-    kv = 2 * cfg.n_layers * per * cache * cfg.n_kv_heads * cfg.head_dim * 2 / mesh["tensor"]
-    logits = per * prompt * cfg.vocab_size * 4 / mesh["tensor"]
+    size = jnp.dtype(cfg.pdtype).itemsize
+    params = n_params(cfg) * size / (split * (mesh["expert"] if cfg.is_moe else 1))
+    kv = 2 * cfg.n_layers * per * cache * cfg.n_kv_heads * cfg.head_dim * size / mesh["tensor"]
     scores = per * cfg.n_heads * prompt * cache * 4 / mesh["tensor"]
-    return params + kv + logits + scores + resident
+    return params + kv + scores + resident
 
 
-def _fit_learner(name, cfg, devices, kind, rules, opt, tried):
+def _fit_learner(name, cfg, devices, kind, rules, tried):
     hbm = aot.chip_hbm_bytes(devices[0])
     for mesh_spec, per, seq, mb in LEARNER[kind]:
         mesh = aot.topology_mesh(devices, mesh_spec)
@@ -118,7 +126,7 @@ def _fit_learner(name, cfg, devices, kind, rules, opt, tried):
             tried.append(f"train {_mesh_str(shape)} {work.train_batch} x {seq}: not compiled, "
                          f"estimated {est / aot.GiB:.1f} GiB > {TRAIN_SKIP:.0%} of HBM")
             continue
-        rep, p_sh, opt_bytes = aot.compile_train(cfg, mesh, rules, work, optimizer=opt)
+        rep, p_sh, opt_bytes = aot.compile_train(cfg, mesh, rules, work)
         _log(f"  train {shape} {work.train_batch}x{seq}: {rep.verdict().splitlines()[0]} "
              f"({rep.compile_seconds:.0f}s)")
         if rep.fits:
@@ -164,31 +172,36 @@ def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=N
     return None
 
 
-def run_case(name: str, topology: str, placement: str, save=lambda row: None) -> dict:
+def _roofline(step, tokens: int) -> dict:
+    return {"flops": step.flops, "traffic": step.hbm_traffic, "seconds": step.roofline_seconds,
+            "tok_s_chip": tokens / step.roofline_seconds / step.n_chips}
+
+
+def run_case(name: str, topology: str, placement: str, mode: str = "fast",
+             save=lambda row: None) -> dict:
     """Finds the first fitting learner and sampler setting; returns a table row.
 
     ``save`` gets the partial row (learner only) before the sampler is compiled.
     """
-    import jax.numpy as jnp
-    import optax
-
-    rules, opt = ShardingRules(), optax.adamw(1e-6, mu_dtype=jnp.float32)
-    cfg = aot.pod_config(preset(name), rules)  # per-layer remat, rows split like the batch
+    rules = ShardingRules()
+    # per-layer remat, rows split like the batch; the kernels and dtypes of ``mode``
+    cfg = programs.mode_config(aot.pod_config(preset(name), rules), mode)
     kind = "moe" if cfg.is_moe else "dense"
     devices = aot.topology_devices(topology)
     row = {"preset": name, "topology": topology, "chips": len(devices), "placement": placement,
-           "kind": devices[0].device_kind, "hbm": aot.chip_hbm_bytes(devices[0])}
+           "mode": mode, "kind": devices[0].device_kind, "hbm": aot.chip_hbm_bytes(devices[0])}
     l_dev = s_dev = devices
     if placement == "disaggregated":
         l_dev, s_dev, row["slices"] = aot.disaggregated_devices(topology)
     row["tried"] = tried = []
-    learner = _fit_learner(name, cfg, l_dev, kind, rules, opt, tried)
+    learner = _fit_learner(name, cfg, l_dev, kind, rules, tried)
     if learner is None:
         return {**row, "fits": False, "why": "no learner candidate fits"}
     l_mesh, l_work, train, p_sh, opt_bytes = learner
     row.update(learner_mesh=dict(l_mesh.shape), train_batch=l_work.train_batch,
                train_seq=l_work.train_seq, microbatches=l_work.microbatches,
-               train_peak=train.peak_bytes, train_coll=dict(train.collectives))
+               train_peak=train.peak_bytes, train_coll=dict(train.collectives),
+               train_roofline=_roofline(train, l_work.train_batch * l_work.train_seq))
     save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
     if placement == "colocated":
         cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in COLOCATED_SAMPLER]
@@ -203,7 +216,9 @@ def run_case(name: str, topology: str, placement: str, save=lambda row: None) ->
     row.update(sampler_mesh=dict(s_mesh.shape), sample_batch=s_work.sample_batch,
                prompt_len=s_work.prompt_len, cache_len=s_work.cache_len,
                prefill_peak=pre.peak_bytes, decode_peak=dec.peak_bytes,
-               decode_coll=dict(dec.collectives), fits=True)
+               decode_coll=dict(dec.collectives), fits=True,
+               prefill_roofline=_roofline(pre, s_work.sample_batch * s_work.prompt_len),
+               decode_roofline=_roofline(dec, s_work.sample_batch))
     if placement == "disaggregated":
         params = aot.abstract_params(cfg)
         s_sh = aot.param_shardings(params, s_mesh, rules, aot.logical_axes(cfg))
@@ -215,71 +230,104 @@ def _mesh_str(m) -> str:
     return "x".join(f"{a}{s}" for a, s in m.items() if s > 1) or "1"
 
 
+def _tok(r: dict, step: str) -> str:
+    roof = r.get(f"{step}_roofline")
+    return "-" if not roof else f"{roof['tok_s_chip']:,.0f}"
+
+
+HEADER = """# Pod fit: Qwen3 presets on TPU topologies
+
+Made by `python benchmarks/fit_table.py --cache=docs/pod_fit.json` (do not edit by hand): the
+real programs, compiled by the TPU compiler from libtpu on a CPU host. Learner: `make_train_step`
+with the default objective (GRPO) and filter (IcePop), the KL penalty on (`kl_coef=1e-3`: the
+reference parameters are resident and scored), global-norm clipping, AdamW (moments in the
+parameter dtype), the NaN/Inf guard and gradient accumulation over the row's microbatches, on a
+`make_batch` layout (MoE: with the sampler's routes replayed). Sampler: prefill is `extend` (a
+prompt into an empty state; no logits), decode is `generate` (its `while_loop` of decode steps).
+Modes (`agentjax/sharding/programs.py`): fast = the preset (bf16 body, float32 LM head);
+exact_bf16 / exact_f32 = batch-invariant kernels (`exact_tile=8`) in bf16 / float32.
+Per-chip peak = arguments + outputs - donated aliases + temporaries + generated code (+ the
+optimizer state and KL reference kept resident while a colocated sampler runs). Candidates are
+tried in a fixed order (`LEARNER`, `SAMPLER`, `COLOCATED_SAMPLER` in the script), largest
+first, and the first that fits is shown: it fits, but it is not the largest setting that would.
+A candidate whose estimate is clearly over HBM is not compiled (listed below as skipped).
+All rows run the model as `aot.pod_config` sets it up: `remat="layer"` and
+`activation_rows=("data", "fsdp")`. Disaggregated: learner on half of the chips, sampler on the
+other half: two halves of one slice on v5p; two slices of half the shape on v5e and v6e.
+
+Roofline tokens/s per chip (`agentjax/sharding/roofline.py`): step time = max(FLOPs / peak,
+HBM bytes / bandwidth) per chip, FLOPs = the compiled program's matmuls and bytes = operands and
+results of its top-level instructions, each loop body times its trip count (XLA's own
+`cost_analysis()` counts a loop body once). Peaks per chip (bf16 FLOP/s, HBM bytes/s), Google
+Cloud TPU docs: v5e 197 T, 819 G; v5p 459 T, 2765 G; v6e 918 T, 1640 G. Assumed: all matmuls at
+the bf16 peak (XLA's default precision runs float32 matmuls as one bf16 pass on TPU), elementwise
+work free, collectives overlapped, no on-chip reuse across instructions. A lower bound on step
+time (an upper bound on tokens/s), for sizing. Train: batch x seq tokens per step; prefill:
+batch x prompt; decode: one token per row per step (the decode loop's body counted once).
+"""
+
+
 def markdown(rows: list[dict], missing: list[str] = ()) -> str:
     g = lambda b: f"{b / aot.GiB:.1f}"
     lines = [
-        "# Pod fit: Qwen3 presets on TPU topologies",
+        *HEADER.splitlines(),
         "",
-        "Made by `python benchmarks/fit_table.py` (do not edit by hand): each step compiled by the",
-        "TPU compiler from libtpu on a CPU host, per-chip peak = arguments + outputs - donated",
-        "aliases + temporaries + generated code (+ the optimizer state kept resident while a",
-        "colocated sampler runs). Candidates are tried in a fixed order (`LEARNER`, `SAMPLER`,",
-        "`COLOCATED_SAMPLER` in the script), largest first, and the first that fits is shown: it",
-        "fits, but it is not the largest setting that would (compare peak with HBM). A candidate",
-        "whose estimate is clearly over HBM is not compiled (listed below as skipped, with the",
-        "estimate). All rows run the model as `aot.pod_config` sets it up: `remat=\"layer\"` and",
-        "`activation_rows=(\"data\", \"fsdp\")` (`ModelConfig` fields of `policy/model.py`).",
-        "AdamW with float32 first moment; bf16 parameters; float32 LM head.",
-        "Disaggregated: learner on half of the chips, sampler on the other half: two halves",
-        "of one slice on v5p; two slices of half the shape on v5e and v6e, whose compiler",
-        "rejects programs on part of a slice (\"limited ICI routing\"; measured on v5e:16x16).",
-        "",
-        "| preset | topology (chips, HBM) | placement | learner mesh | train batch x seq "
+        "| preset | topology (chips, HBM) | placement | mode | learner mesh | train batch x seq "
         "| train GiB/chip | sampler mesh | sample batch, prompt / cache | prefill / decode "
-        "GiB/chip | sync GiB/sampler chip | fits |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "GiB/chip | sync GiB/sampler chip | roofline tok/s/chip train / prefill / decode | fits |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         topo = f"{r['topology']} ({r['chips']} x {r['kind']}, {r['hbm'] // aot.GiB} GiB)"
+        head = f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} " \
+               f"| {r['placement']} | {r.get('mode', 'fast')} "
         if "learner_mesh" not in r:
-            lines.append(f"| {r['preset']} | {topo} | {r['placement']} | - | - | - | - | - | - "
-                         f"| - | no: {r['why']} |")
+            lines.append(head + f"| - | - | - | - | - | - | - | - | no: {r['why']} |")
             continue
         train = f"{r['train_batch']} x {r['train_seq']}"
         if r["microbatches"] > 1:
             train += f" ({r['microbatches']} microbatches)"
-        samp = sb = "-"
+        samp = sb = sp = "-"
         if "sampler_mesh" in r:
             samp = _mesh_str(r["sampler_mesh"])
             sb = f"{r['sample_batch']}, {r['prompt_len']} / {r['cache_len']}"
             sp = f"{g(r['prefill_peak'])} / {g(r['decode_peak'])}"
-        else:
-            sp = "-"
         sync = g(r["sync_per_chip"]) if "sync_per_chip" in r else "-"
+        roof = " / ".join(_tok(r, k) for k in ("train", "prefill", "decode"))
         fits = ("yes" if r["fits"] else f"unfinished: learner fits, {r['why']}"
                 if r.get("partial") else f"no: {r['why']}")
-        mark = " *" if r.get("model") == PREVIEW else ""
-        lines.append(f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B){mark} | {topo} "
-                     f"| {r['placement']} | {_mesh_str(r['learner_mesh'])} | {train} "
-                     f"| {g(r['train_peak'])} | {samp} | {sb} | {sp} | {sync} | {fits} |")
+        lines.append(head + f"| {_mesh_str(r['learner_mesh'])} | {train} | {g(r['train_peak'])} "
+                     f"| {samp} | {sb} | {sp} | {sync} | {roof} | {fits} |")
     lines += ["", "Settings common to all rows: remat = per layer (full, `jax.checkpoint` of the",
               "scanned layer body); rules = `DEFAULT_RULES` (FSDP over `embed`, tensor over",
               "heads / kv heads / mlp / vocab, experts over `expert`, batch over data x fsdp).",
               ""]
-    if any(r.get("model") == PREVIEW for r in rows):
-        lines += ["\\* Compiled before the two options were in `policy/model.py`, with",
-                  "`aot.proposed_model_patch`, a since-removed preview that inserted the same",
-                  "`with_sharding_constraint` and `jax.checkpoint` at the same places of `_trunk`",
-                  "(the same program). The colocated ones among them predate the KV cache moving",
-                  "into the scan carry: their prefill / decode numbers may be high.", ""]
-    notes = [f"- {r['preset']} on {r['topology']}, {r['placement']}: " + "; ".join(r["tried"])
-             for r in rows if r.get("tried")]
+    notes = [f"- {r['preset']} on {r['topology']}, {r['placement']}, {r.get('mode', 'fast')}: "
+             + "; ".join(r["tried"]) for r in rows if r.get("tried")]
     if notes:
         lines += ["Larger candidates that did not fit (per-chip peak) or were skipped:", "", *notes,
                   ""]
     if missing:
-        lines += ["Not compiled yet (rerun the script): " + "; ".join(missing) + ".", ""]
+        lines += ["Not compiled yet (rerun the script with `--cache=docs/pod_fit.json`; each "
+                  "case takes minutes to an hour of CPU): " + "; ".join(missing) + ".", ""]
     return "\n".join(lines)
+
+
+FULL = {"presets": _PRESETS.default, "topologies": _TOPOLOGIES.default,
+        "placements": _PLACEMENTS.default, "modes": _MODES.default}
+
+
+def write(cache: dict, grid) -> None:
+    """Renders every case of ``grid`` that ``cache`` holds; lists the others as not compiled."""
+    rows, missing = [], []
+    for name, topology, placement, mode in grid:
+        key = f"{name}|{topology}|{placement}|{mode}"
+        if key in cache:
+            rows.append(cache[key])
+        else:
+            missing.append(f"{name} on {topology}, {placement}, {mode}")
+    with open(_OUT.value, "w") as f:
+        f.write(markdown(rows, missing))
 
 
 def main(argv):
@@ -288,29 +336,25 @@ def main(argv):
     if _CACHE.value and os.path.exists(_CACHE.value):
         with open(_CACHE.value) as f:
             cache = json.load(f)
-    rows, missing = [], []
-    for name in _PRESETS.value:
-        for topology in _TOPOLOGIES.value:
-            for placement in _PLACEMENTS.value:
-                key = f"{name}|{topology}|{placement}"
-                if key not in cache and _RENDER_ONLY.value:
-                    missing.append(f"{name} on {topology}, {placement}")
-                    continue
-                if key not in cache or (cache[key].get("partial") and not _RENDER_ONLY.value):
+    grid = [(n, t, p, m) for n in FULL["presets"] for t in FULL["topologies"]
+            for p in FULL["placements"] for m in FULL["modes"]]
+    chosen = [(n, t, p, m) for n in _PRESETS.value for t in _TOPOLOGIES.value
+              for p in _PLACEMENTS.value for m in _MODES.value]
+    for name, topology, placement, mode in [] if _RENDER_ONLY.value else chosen:
+        key = f"{name}|{topology}|{placement}|{mode}"
+        if key in cache and not cache[key].get("partial"):
+            continue
 
-                    def save(row, key=key):
-                        cache[key] = row
-                        if _CACHE.value:
-                            with open(_CACHE.value, "w") as f:
-                                json.dump(cache, f, indent=1)
+        def save(row, key=key):
+            cache[key] = row
+            if _CACHE.value:
+                with open(_CACHE.value, "w") as f:
+                    json.dump(cache, f, indent=1)
 
-                    _log(f"{key}")
-                    save(run_case(name, topology, placement, save))
-                rows.append(cache[key])
-                with open(_OUT.value, "w") as f:
-                    f.write(markdown(rows, missing))
-    with open(_OUT.value, "w") as f:
-        f.write(markdown(rows, missing))
+        _log(key)
+        save(run_case(name, topology, placement, mode, save))
+        write(cache, grid + [c for c in chosen if c not in grid])
+    write(cache, grid + [c for c in chosen if c not in grid])
     _log(f"wrote {_OUT.value}")
 
 

@@ -34,7 +34,13 @@ def get_config() -> ConfigDict:
     c.sampler_mesh = dict(data=-1, fsdp=1, tensor=8, expert=1)
     c.rules = _rules_dict()
     c.sampler_rules = _rules_dict()
-    c.train = dict(batch=256, seq_len=2048, microbatches=1)
+    c.train = dict(batch=256, seq_len=2048, microbatches=1)  # microbatches = optim.grad_accum
     c.sample = dict(batch=256, prompt_len=1024, cache_len=4096)
-    c.optimizer = dict(learning_rate=1e-6, mu_dtype="float32")
+    # The learner's real step (make_train_step) with these settings (LossConfig / OptimConfig
+    # fields): the default objective and filter with the KL penalty on (a resident reference).
+    c.loss = dict(name="grpo", filter="icepop", kl_coef=1e-3)
+    c.optim = dict(learning_rate=1e-6, grad_clip=1.0)
+    # Kernels: "fast" (the preset: bf16 body, float32 head), "exact_bf16" or "exact_f32"
+    # (batch-invariant kernels, docs/consistency.md); comma-separated compiles each.
+    c.modes = "fast"
     return c

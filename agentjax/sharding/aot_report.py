@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentjax.sharding.roofline import CHIP_PEAKS, Cost, hlo_cost, roofline_seconds
 from agentjax.sharding.topology import GiB, chip_hbm_bytes
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -86,6 +87,15 @@ class StepReport:
     largest: tuple[tuple[str, int], ...] = ()
     error: str | None = None
     compile_seconds: float = 0.0
+    device_kind: str = ""
+    flops: float = 0.0  # per chip, loop-aware (roofline.hlo_cost); XLA's own counts loops once
+    hbm_traffic: float = 0.0  # bytes per chip, loop-aware
+    open_loops: int = 0  # data-dependent loops counted once (decode: one step)
+
+    @property
+    def roofline_seconds(self) -> float:
+        """Lower bound on the step time from its FLOPs and bytes (see :mod:`.roofline`)."""
+        return roofline_seconds(Cost(self.flops, self.hbm_traffic), self.device_kind)
 
     @property
     def peak_bytes(self) -> int:
@@ -142,8 +152,10 @@ def compile_step(name: str, fn: Callable, args: Sequence, in_shardings: Sequence
         jax.config.update("jax_enable_compilation_cache", cache_was)
     ma = compiled.memory_analysis()
     text = compiled.as_text()
+    cost = hlo_cost(text)
     return StepReport(
-        name, len(devices), hbm,
+        name, len(devices), hbm, device_kind=devices[0].device_kind, flops=cost.flops,
+        hbm_traffic=cost.bytes, open_loops=cost.open_loops,
         argument_bytes=ma.argument_size_in_bytes, output_bytes=ma.output_size_in_bytes,
         alias_bytes=ma.alias_size_in_bytes, temp_bytes=ma.temp_size_in_bytes,
         code_bytes=ma.generated_code_size_in_bytes, resident_bytes=resident_bytes,
@@ -221,6 +233,7 @@ def format_report(report: PlacementReport) -> str:
                      f"{g(s.resident_bytes)} {g(s.peak_bytes)} {g(s.hbm_bytes)} "
                      f"{g(s.headroom_bytes)}  {coll}")
     lines += [s.verdict() for s in report.steps]
+    lines += [roofline_line(s) for s in report.steps if s.error is None and s.device_kind]
     if report.weight_sync:
         w = report.weight_sync
         lines.append(f"weight sync: {w['unique'] / GiB:.2f} GiB of parameters; each sampler chip "
@@ -228,3 +241,12 @@ def format_report(report: PlacementReport) -> str:
                      f"{w['total'] / GiB:.2f} GiB in all; "
                      f"each learner chip sends >= {w['sent_per_learner_chip'] / GiB:.3f} GiB")
     return "\n".join(lines)
+
+
+def roofline_line(s: StepReport) -> str:
+    """One line: the step's per-chip FLOPs and HBM bytes and its roofline time (see roofline)."""
+    t = s.roofline_seconds
+    bound = "compute" if s.flops / CHIP_PEAKS[s.device_kind][0] >= t else "memory"
+    loops = f"; {s.open_loops} data-dependent loop(s) counted once" if s.open_loops else ""
+    return (f"roofline {s.name}: {s.flops / 1e12:.3f} TFLOP, {s.hbm_traffic / GiB:.2f} GiB HBM "
+            f"per chip -> >= {t * 1e3:.2f} ms ({bound}-bound{loops})")

@@ -167,3 +167,83 @@ def test_half_topology_halves_the_largest_dimension():
     assert aot.half_topology("v5p:4x4x4") == "v5p:2x4x4"
     with pytest.raises(ValueError, match="cannot be halved"):
         aot.half_topology("v5e:1x1")
+
+
+# A TPU-compiled lax.scan of 3 [128,128] matmuls (as libtpu prints it, trimmed): the loop
+# condition compares the counter with a constant; the matmul is a convolution in a fusion.
+SCAN_HLO = """
+%fused (p0: f32[128,128], p1: bf16[128,128]) -> f32[128,128] {
+  %p0 = f32[128,128]{1,0} parameter(0)
+  %p1 = bf16[128,128]{1,0} parameter(1)
+  ROOT %convolution.3 = f32[128,128]{1,0} convolution(%p0, %p1), dim_labels=bf_io->bf
+}
+
+%body (wide.param.2: (s32[], f32[128,128], bf16[128,128])) -> (s32[], f32[128,128], bf16[128,128]) {
+  %wide.param.2 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) parameter(0)
+  %gte.1 = f32[128,128]{1,0} get-tuple-element(%wide.param.2), index=1
+  %gte.2 = bf16[128,128]{1,0} get-tuple-element(%wide.param.2), index=2
+  %fusion.10 = f32[128,128]{1,0} fusion(%gte.1, %gte.2), kind=kOutput, calls=%fused
+  ROOT %tuple.14 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) tuple(%c, %fusion.10, %gte.2)
+}
+
+%cond (wide.param.1: (s32[], f32[128,128], bf16[128,128])) -> pred[] {
+  %constant.5 = s32[]{:T(128)} constant(3)
+  %wide.param.1 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) parameter(0)
+  %gte.26 = s32[]{:T(128)} get-tuple-element(%wide.param.1), index=0
+  ROOT %lt.3 = pred[]{:T(512)} compare(%gte.26, %constant.5), direction=LT
+}
+
+%open (wide.param.3: (s32[], f32[128,128], bf16[128,128])) -> pred[] {
+  %wide.param.3 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) parameter(0)
+  %gte.27 = s32[]{:T(128)} get-tuple-element(%wide.param.3), index=0
+  %gte.28 = s32[]{:T(128)} get-tuple-element(%wide.param.3), index=0
+  ROOT %lt.4 = pred[]{:T(512)} compare(%gte.27, %gte.28), direction=LT
+}
+
+ENTRY %main (x: f32[128,128], w: bf16[128,128]) -> f32[128,128] {
+  %x = f32[128,128]{1,0} parameter(0)
+  %w = bf16[128,128]{1,0} parameter(1)
+  %t = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) tuple(%c, %x, %w)
+  %while.9 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) while(%t), condition=%cond, body=%body
+  %while.10 = (s32[], f32[128,128]{1,0}, bf16[128,128]{1,0}) while(%t), condition=%open, body=%body
+  ROOT %out = f32[128,128]{1,0} get-tuple-element(%while.9), index=1
+}
+"""
+
+
+def test_hlo_cost_counts_each_loop_body_times_its_trip_count():
+    from agentjax.sharding.roofline import hlo_cost
+
+    one = 2 * 128**3  # FLOPs of one [128,128] x [128,128] matmul
+    io = 128 * 128 * (4 + 4 + 2)  # the fusion reads f32 and bf16 operands, writes f32
+    cost = hlo_cost(SCAN_HLO)
+    # 3 iterations of the counted loop + 1 of the data-dependent one (flagged as open)
+    assert cost.flops == 4 * one and cost.open_loops == 1
+    assert cost.bytes == 4 * io
+
+
+def test_hlo_cost_of_compiled_scan_matches_xla_for_one_iteration_and_scales():
+    from agentjax.sharding.roofline import hlo_cost
+
+    def scan(x, w):
+        return jax.lax.scan(lambda c, wi: (c @ wi, None), x, w)[0]
+
+    x = jax.ShapeDtypeStruct((64, 64), jax.numpy.float32)
+    costs = {}
+    for n in (1, 5):
+        w = jax.ShapeDtypeStruct((n, 64, 64), jax.numpy.float32)
+        compiled = jax.jit(scan).lower(x, w).compile()
+        costs[n] = hlo_cost(compiled.as_text())
+        if n == 1:  # no loop left: XLA's own analysis agrees
+            assert costs[n].flops == compiled.cost_analysis()["flops"] == 2 * 64**3
+    assert costs[5].flops == 5 * costs[1].flops and costs[5].open_loops == 0
+
+
+def test_roofline_is_the_slower_of_compute_and_memory():
+    from agentjax.sharding.roofline import CHIP_PEAKS, Cost, roofline_seconds
+
+    flops, bw = CHIP_PEAKS["TPU v5 lite"]
+    assert roofline_seconds(Cost(flops, 0.0), "TPU v5 lite") == 1.0
+    assert roofline_seconds(Cost(flops, 3 * bw), "TPU v5 lite") == 3.0
+    with pytest.raises(KeyError, match="TPU v9"):
+        roofline_seconds(Cost(1.0, 1.0), "TPU v9")
