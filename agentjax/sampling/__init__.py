@@ -11,6 +11,7 @@ and of its row index; a single key is split over rows, so row i's stream depends
 """
 
 from agentjax.sampling.engine import Engine
+from agentjax.sampling.envpool import EnvPool, PoolConfig, pool_stats
 from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler, SamplerState, Span, Status, take
@@ -20,8 +21,10 @@ __all__ = [
     "Caps",
     "Chain",
     "Engine",
+    "EnvPool",
     "EpisodeSpec",
     "Greedy",
+    "PoolConfig",
     "ResumeMode",
     "Rollout",
     "Sampler",
@@ -33,6 +36,7 @@ __all__ = [
     "TopP",
     "compose",
     "mixed_version",
+    "pool_stats",
     "resume",
     "take",
     "version_segments",
