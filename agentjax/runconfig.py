@@ -14,6 +14,14 @@ from agentjax import configcheck
 from agentjax.learner.objective import LossConfig
 from agentjax.learner.step import OptimConfig
 from agentjax.policy.config import ConfigError, ModelConfig
+from agentjax.runsections import (
+    AdmissionSection,
+    CurriculumSection,
+    FaultsSection,
+    FingerprintSection,
+    RubricSection,
+)
+from agentjax.sampling.precision import SamplerPrecision
 from agentjax.sampling.queue import MODES
 from agentjax.sampling.rollout import Caps
 
@@ -95,6 +103,12 @@ class RunConfig:
     loss: LossConfig
     optim: OptimConfig
     codefix: CodefixSection = dataclasses.field(default_factory=CodefixSection)
+    sampler: SamplerPrecision = dataclasses.field(default_factory=SamplerPrecision)
+    faults: FaultsSection = dataclasses.field(default_factory=FaultsSection)
+    curriculum: CurriculumSection = dataclasses.field(default_factory=CurriculumSection)
+    rubric: RubricSection = dataclasses.field(default_factory=RubricSection)
+    fingerprints: FingerprintSection = dataclasses.field(default_factory=FingerprintSection)
+    admission: AdmissionSection = dataclasses.field(default_factory=AdmissionSection)
     checkpoint_every: int = 50  # 0: never
     log_every: int = 5
     report: bool = True
@@ -103,7 +117,9 @@ class RunConfig:
 _SECTIONS = {
     "task": TaskConfig, "caps": Caps, "warm_start": WarmStartConfig, "rl": RLConfig,
     "scheduler": SchedulerSection, "placement": PlacementSection, "context": ContextSection,
-    "loss": LossConfig, "optim": OptimConfig, "codefix": CodefixSection,
+    "loss": LossConfig, "optim": OptimConfig, "codefix": CodefixSection, "sampler": SamplerPrecision,
+    "faults": FaultsSection, "curriculum": CurriculumSection, "rubric": RubricSection,
+    "fingerprints": FingerprintSection, "admission": AdmissionSection,
 }
 TASKS = ("minirepo", "codefix")  # codefix trains with model.hf_path (a BPE tokenizer)
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
@@ -211,14 +227,29 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         )
     if parts["loss"].value_coef and parts["loss"].advantage != "gae":
         raise ConfigError(f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
-                          "loss.advantage to 'gae' (allowed values: ['group', 'gae']) or value_coef to 0")
+                          "loss.advantage to 'gae' or value_coef to 0")
     if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
         raise ConfigError("loss.advantage='gae' needs a critic: set model.value_head to one of "
                           "['shared', 'separate'] (it is 'none')")
-    if rl.group_size < 2 and parts["loss"].advantage == "group":
-        raise ConfigError(f"rl.group_size={rl.group_size} is invalid with loss.advantage='group': a "
+    if rl.group_size < 2 and parts["loss"].advantage != "gae":
+        raise ConfigError(f"rl.group_size={rl.group_size} is invalid with group advantages: a "
                           "group of one has advantage 0 (no gradient); must be >= 2, or use "
                           "loss.advantage='gae'")
+    if rl.batch_size % parts["optim"].minibatches:
+        raise ConfigError(f"optim.minibatches={parts['optim'].minibatches} must divide "
+                          f"rl.batch_size={rl.batch_size}")
+    if parts["curriculum"].enabled:
+        from agentjax.loopparts import make_curriculum  # noqa: PLC0415 - checks start/cap pairs
+
+        try:
+            make_curriculum(parts["curriculum"])
+        except ValueError as e:
+            raise ConfigError(f"curriculum: {e}") from None
+        if parts["faults"].rates:
+            raise ConfigError("faults.rates and curriculum.enabled=True both set the fault rates; "
+                              "use curriculum.start/cap (faults keeps the retry policy)")
+    if rl.temperature <= 0:
+        raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
     return RunConfig(
         seed=int(d.get("seed", 0)), model=model, checkpoint_every=int(d.get("checkpoint_every", 50)),
         log_every=int(d.get("log_every", 5)), report=bool(d.get("report", True)), **parts,

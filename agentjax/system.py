@@ -27,18 +27,20 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from agentjax import runconfig, tasks
+from agentjax import loopparts, runconfig, tasks
 from agentjax.diagnostics import tbevents
 from agentjax.diagnostics.evaluate import evaluate
 from agentjax.learner import checkpoint as ckpt
+from agentjax.learner import versions as pv
 from agentjax.learner.batching import make_batch
 from agentjax.learner.journal import Journal
 from agentjax.learner.sft import demo_rows, sft_train
 from agentjax.learner.step import init_train_state, make_optimizer, make_train_step
+from agentjax.policy.codec import Codec
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import abstract_params, init_params
-from agentjax.sampling import staleness as stl
 from agentjax.sampling.context import make_context_policy
+from agentjax.sampling.precision import sampler_model, to_sampler
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.scheduler import Scheduler
@@ -57,6 +59,7 @@ class Parts:
     run: runconfig.RunConfig
     suite: tasks.TaskSuite
     policy: task_model.Policy
+    fault_rates: dict = dataclasses.field(default_factory=dict)  # the rates new episodes get now
 
     @property
     def model(self) -> ModelConfig:
@@ -76,7 +79,13 @@ class Parts:
 
     @property
     def make_env(self) -> Callable[[], Any]:
-        return self.suite.make_env
+        """Training episodes' environment: with injected faults when the config asks for them
+        (``fault_rates`` is read at each episode's start, so the noise curriculum moves it)."""
+        return loopparts.noisy(self.suite.make_env, self.fault_rates) if self.fault_rates else self.suite.make_env
+
+    @property
+    def make_eval_env(self) -> Callable[[], Any]:
+        return self.suite.make_env  # held-out evaluation: never injected faults
 
 
 def build(run: runconfig.RunConfig) -> Parts:
@@ -92,6 +101,7 @@ def build(run: runconfig.RunConfig) -> Parts:
             f"model.max_seq_len={parts.model.max_seq_len} is too small for any episode: the shortest task "
             f"prompt is {shortest} tokens and one action up to caps.max_action_tokens="
             f"{run.caps.max_action_tokens}; must be >= {shortest + run.caps.max_action_tokens}")
+    parts.fault_rates.update(loopparts.initial_rates(run))  # moved in place by the curriculum
     return parts
 
 
@@ -115,10 +125,15 @@ class _Run:
         self.sync = SyncStats()
         self.tx = make_optimizer(run.optim)
         transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
-        self.sampler = Sampler(parts.model, transform=transform, stop_tokens=(parts.codec.stop,))
+        self.sampler = Sampler(sampler_model(parts.model, run.sampler), transform=transform,
+                               stop_tokens=(parts.codec.stop,))
         self.greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
         self.train_step = make_train_step(parts.model, run.loss, self.tx, transform=transform,
-                                          grad_accum=run.optim.grad_accum)
+                                          grad_accum=run.optim.grad_accum, minibatches=run.optim.minibatches)
+        # learner parameters of recent versions, for log-probs at each token's behaviour version
+        self.slots = pv.slot_count(run.scheduler.max_version_gap, run.placement.sync_every) \
+            if "train_v" in run.loss.needs else 0
+        self.kept: dict = {}
         self.journal = Journal(os.path.join(workdir, "journal.bin"))
         self.metrics_path = os.path.join(workdir, "metrics.jsonl")
         self.state = None
@@ -127,20 +142,31 @@ class _Run:
         self.rows: list[dict] = []
         self.wall0 = time.perf_counter()
         self._journaled: set[int] = set()
+        self.curriculum, self.curriculum_state = loopparts.make_curriculum(run.curriculum), None
 
     # -- learner, called by the scheduler ----------------------------------------------------
     def learner(self, version: int, batch) -> int:
         run = self.parts.run
         trajs: list[Trajectory] = [c.trajectory for c in batch]
-        arrays, bm = make_batch(trajs, [c.weight for c in batch], rows=learner_rows(run),
-                                length=self.parts.model.max_seq_len)
+        weights, fm = loopparts.fingerprint_weights(run, trajs, [c.weight for c in batch])
+        arrays, bm = make_batch(trajs, weights, rows=learner_rows(run), length=self.parts.model.max_seq_len,
+                                advantage=run.loss.advantage, rewards=loopparts.batch_rewards(run, trajs))
+        bm = {**bm, **fm, **self.curriculum_step(trajs)}
+        if not run.sampler.replay_routes and "routes" in arrays:  # R3 off: measured, not replayed
+            arrays["sampler_routes"] = arrays.pop("routes")
         if multihost.is_multiprocess():  # data parallel over every process's devices
             arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
-        self.state, m = self.train_step(self.state, arrays, self.ref_params)
+        behaviour = None
+        if self.slots:
+            pv.check_covered(self.kept, arrays["behaviour_version"], arrays["loss_mask"])
+            behaviour = pv.slots(self.kept, self.slots, fallback=self.state.params)
+        self.state, m = self.train_step(self.state, arrays, self.ref_params, behaviour)
         new = version + 1
+        if self.slots:
+            self.kept = pv.keep(self.kept, new, self.state.params, oldest=new - self.slots + 1)
         synced = self.sync.syncs
-        self.sampler_params = multihost.local_view(
-            sync_weights(self.placement, self.state.params, self.sampler_params, new, self.sync))
+        self.sampler_params = multihost.local_view(sync_weights(
+            self.placement, to_sampler(self.state.params, run.sampler), self.sampler_params, new, self.sync))
         if self.placement.colocated or self.sync.syncs > synced:
             self.sampler_version = new  # else the sampler keeps older weights (sync_every > 1)
         self.worker.publish(new, self.sampler_params, keep_from=new - run.scheduler.max_version_gap - 1,
@@ -156,6 +182,18 @@ class _Run:
                "wall": time.perf_counter() - self.wall0}
         self.rows.append(row)
         return new
+
+    def curriculum_step(self, trajs) -> dict:
+        """Moves the noise curriculum once per step; new episodes get the new rates."""
+        if self.curriculum is None:
+            return {}
+        if self.curriculum_state is None:
+            self.curriculum_state = self.curriculum.init()
+        self.curriculum_state = self.curriculum.update(self.curriculum_state, loopparts.success(trajs))
+        self.parts.fault_rates.clear()
+        self.parts.fault_rates.update(self.curriculum_state.rates)
+        return {"curriculum/level": float(self.curriculum_state.level),
+                **{f"curriculum/rate/{k}": float(v) for k, v in self.curriculum_state.rates.items()}}
 
     def journal_rounds(self):
         """Appends every newly completed trajectory to the crash-safe journal."""
@@ -191,7 +229,7 @@ def _write_rows(path: str, rows: list[dict]) -> None:
 
 def _eval(r: _Run, params, version: int) -> dict:
     p = r.parts
-    return evaluate(r.greedy, p.codec, p.run.caps, params, version, p.heldout, p.make_env,
+    return evaluate(r.greedy, p.codec, p.run.caps, params, version, p.heldout, p.make_eval_env,
                     audit_fn=p.suite.audit_fn, planted=p.suite.planted, seed=10_000)
 
 
@@ -226,10 +264,8 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run, tasks) -> Scheduler
         config=SchedulerConfig(mode=s.mode, batch_size=run.rl.batch_size, num_slots=s.num_slots,
                                window=s.window if s.mode == "windowed_fifo" else None,
                                learner_step_time=s.learner_step_time),
-        staleness_config=stl.StalenessConfig(batch_size=run.rl.batch_size,
-                                             max_version_gap=s.max_version_gap,
-                                             queue_capacity=max(4 * run.rl.batch_size, s.num_slots)),
-        executor=BatchingExecutor(),
+        staleness_config=loopparts.staleness_config(run),
+        executor=BatchingExecutor(), retry=loopparts.retry_policy(run),
     )
 
 
@@ -264,7 +300,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         tasks = iter(task_dataset(parts))
         tasks.set_state(restored.metadata["data_iterator"])
         with open(os.path.join(ckdir, f"scheduler_{step}.pkl"), "rb") as f:
-            scheduler = Scheduler.restore(f.read(), tasks, worker, r.learner, skip_drawn=False)
+            scheduler = Scheduler.restore(f.read(), tasks, worker, r.learner, skip_drawn=False,
+                                          retry=loopparts.retry_policy(run))
         _truncate_jsonl(r.metrics_path, step)
         r.journal.truncate(restored.metadata["journaled"])
         if run.loss.kl_coef:
@@ -301,7 +338,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     r.scheduler = scheduler
     version = scheduler.version
     r.sampler_params = multihost.local_view(
-        sync_weights(r.placement, r.state.params, None, version, r.sync))
+        sync_weights(r.placement, to_sampler(r.state.params, run.sampler), None, version, r.sync))
+    if r.slots:
+        r.kept = pv.keep({}, version, r.state.params, oldest=version)
     r.sampler_version = version
     worker.publish(version, r.sampler_params)
     r._journaled = set(scheduler.traj)

@@ -90,8 +90,9 @@ class AgentjaxGRPO:
         self.fused_reference = fused_reference
         self.sampler = Sampler(self.cfg)
         tx = make_optimizer(OptimConfig(learning_rate=LR, b2=0.999, grad_clip=0.0))
-        loss = LossConfig(name="grpo", clip_low=EPS, clip_high=EPS, kl_coef=beta, kl_kind="k3",
-                          filter="none", aggregation="seq_mean_token_mean")
+        loss = LossConfig(name="grpo",
+                          grpo=dict(clip_low=EPS, clip_high=EPS, aggregation="seq_mean_token_mean"),
+                          kl_coef=beta, kl_kind="k3", filter="none")
         self.train_step = make_train_step(self.cfg, loss, tx, donate=True)
         self.state = init_train_state(params, tx, seed=0)
         self.empty = self.sampler.init(PROMPTS * GROUP)

@@ -28,13 +28,24 @@ def get_config() -> ml_collections.ConfigDict:
     # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than
     # keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.
     c.context = dict(policy="keep_all", arg=0)
-    c.loss = dict(name="grpo", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean",
-                  filter="icepop", icepop_low=0.5, icepop_high=2.0,
-                  advantage="group", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
+    # loss.name picks the loss; its own fields sit under loss.<name> (the rest take its paper's
+    # defaults, agentjax/objectives/registry.py). IcePop here bands the *total* ratio
+    # current/behaviour (a hard trust region against staleness): with exact kernels the mismatch
+    # ratio is exactly 1, so filter_ratio="mismatch" would mask nothing (configs/bf16_sampler_icepop.py).
+    c.loss = dict(name="grpo", grpo=dict(clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean"),
+                  filter="icepop", filter_ratio="total", icepop_low=0.5, icepop_high=2.0, tis_cap=0.0,
+                  advantage="group_std", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
                   kl_coef=0.0, kl_kind="k3", negative_scale=1.0)
-    # loss.advantage="gae" needs a critic: model.value_head "shared" or "separate"
+    # loss.advantage: group_std | dr_grpo | rloo | gae (gae needs model.value_head "shared"/"separate")
+    c.sampler = dict(param_dtype="", compute_dtype="", head_dtype="", quantize_bits=0, exact_tile=-1,
+                     replay_routes=True)  # "" / -1: as the learner
+    c.faults = dict(rates={}, retry_max_attempts=1, retry_max_same_cause=2)  # 1 attempt: no retries
+    c.rubric = dict(mode="evidence", weight=0.0)  # "reward": (1 - w) verdict + w rubric score
+    c.fingerprints = dict(mode="record")  # "group": drop a member whose env fingerprint differs
+    c.admission = dict(class_max_gap={}, downweight_from_gap=-1, downweight_decay=0.5,
+                       pressure_threshold=1.0, pressure_tighten=0)
     c.optim = dict(learning_rate=5e-4, warmup_steps=0, weight_decay=0.0, b1=0.9, b2=0.99,
-                   grad_clip=1.0, grad_accum=1)
+                   grad_clip=1.0, grad_accum=1, minibatches=1)
     c.checkpoint_every = 20
     c.log_every = 5
     c.report = True

@@ -17,7 +17,8 @@ from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_CONFIGS = ("default", "smoke", "sync_exact", "disaggregated", "moe", "codefix_eval")
+RUN_CONFIGS = ("default", "smoke", "sync_exact", "disaggregated", "moe", "codefix_eval", "bf16_sampler_icepop",
+               "offpolicy_hispo", "decoupled_ppo", "moe_r3", "noisy_env_curriculum")
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
 HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/test_codefix_training.py
 

@@ -102,7 +102,7 @@ def _with(path: str, value):
     "path,value,match",
     [
         # degenerate values that ran (or crashed after real work) before they were checked
-        ("rl.group_size", 1, r"rl.group_size=1 is invalid with loss.advantage='group'.*>= 2"),
+        ("rl.group_size", 1, r"rl.group_size=1 is invalid with group advantages.*>= 2"),
         ("optim.learning_rate", float("nan"), r"optim.learning_rate=nan is invalid; must be a finite"),
         ("optim.learning_rate", float("inf"), r"optim.learning_rate=inf is invalid"),
         ("optim.learning_rate", 0.0, r"optim.learning_rate=0.0 is invalid; must be a finite number > 0"),
@@ -114,7 +114,7 @@ def _with(path: str, value):
         ("task.max_steps", 0, r"task.max_steps=0 is invalid; must be >= 1"),
         ("loss.icepop_low", 3.0, r"loss.icepop_low=3.0, loss.icepop_high=2.0 are invalid; must satisfy"),
         ("scheduler.max_version_gap", -1, r"scheduler.max_version_gap=-1 is invalid; must be >= 0"),
-        ("loss.clip_low", 2.0, r"loss.clip_low=2.0 is invalid; must be in \[0, 1\)"),
+        ("loss.grpo.clip_low", 2.0, r"loss.grpo.clip_low=2.0 is invalid; must be in \[0, 1\)"),
         ("optim.b2", 1.0, r"optim.b2=1.0 is invalid; must be in \[0.0, 1.0\)"),
         ("optim.weight_decay", -0.1, r"optim.weight_decay=-0.1 is invalid; must be >= 0"),
         ("rl.temperature", float("nan"), r"rl.temperature=nan is invalid"),
@@ -124,7 +124,7 @@ def _with(path: str, value):
         ("task.max_steps", True, r"task.max_steps=True is invalid; must be an integer"),
         ("model.max_seq_len", "96", r"model.max_seq_len='96' is invalid; must be an integer"),
         ("model.n_layers", 0, r"model.n_layers=0 is invalid"),
-        ("loss.mis_token_bounds", (2.0, 0.5), r"loss.mis_token_bounds=\(2.0, 0.5\) is invalid"),
+        ("loss.grpo.aggregation", "sum", r"loss.grpo.aggregation='sum' is invalid; allowed values"),
         ("seed", "zero", r"seed='zero' is invalid; must be an integer"),
         ("report", "yes", r"report='yes' is invalid; must be True or False"),
         ("rl", 5, r"rl=5 is invalid; must be a section"),

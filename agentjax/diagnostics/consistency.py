@@ -24,6 +24,7 @@ import numpy as np
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.scoring import token_logprobs
+from agentjax.sampling.precision import fake_quantize  # noqa: F401 - re-exported
 from agentjax.sampling.sampler import Sampler, SamplerState
 
 POSITION_BUCKETS = (0, 16, 32, 64, 128, 256, 512, 1024)
@@ -61,21 +62,6 @@ def standard_modes(exact_tile: int = 8, moe: bool = False) -> list[Mode]:
         modes[2:2] = [Mode("exact f32, no replay", exact, exact, replay=False, bitwise=True),
                       Mode("fast f32, no replay", fast, fast, replay=False)]
     return modes
-
-
-def fake_quantize(params, bits: int = 8):
-    """Rounds every matrix to ``bits``-bit symmetric integers per output channel (last axis) and
-    back: ``w_q = round(w / s) * s``, ``s = max|w| / (2^(bits-1) - 1)`` over the input axis."""
-    qmax = 2.0 ** (bits - 1) - 1
-
-    def q(w):
-        if w.ndim < 2:
-            return w
-        s = jnp.max(jnp.abs(w), axis=-2, keepdims=True) / qmax
-        s = jnp.where(s == 0, 1.0, s)
-        return (jnp.clip(jnp.round(w / s), -qmax, qmax) * s).astype(w.dtype)
-
-    return jax.tree.map(q, params)
 
 
 def learner_inputs(state: SamplerState) -> dict[str, Any]:

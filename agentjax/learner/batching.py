@@ -1,4 +1,4 @@
-"""Trajectories -> fixed-shape learner arrays (no recompiles), with group advantages.
+"""Trajectories -> fixed-shape learner arrays (no recompiles), with the configured advantages.
 
 GRPO-family advantages are computed over the members of each group (same ``task_id``) present
 in the batch; trajectories masked by their verdict (``final_reward is None``: infra faults)
@@ -12,29 +12,37 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agentjax.objectives.advantages import needs_bootstrap
+from agentjax.objectives import group_advantages, needs_bootstrap, rloo_advantages
 from agentjax.trajectory import Trajectory, to_rows
 
 
-def group_advantages_np(traj_rewards: Sequence[float], groups: Sequence[str], *, scale: str = "std",
-                        eps: float = 1e-6) -> np.ndarray:
-    """``(R - mean_group) / (std_group + eps)`` (population std) per trajectory; singletons get 0."""
-    r = np.asarray(traj_rewards, np.float64)
-    out = np.zeros_like(r)
+def trajectory_advantages(rewards: Sequence[float], groups: Sequence[str], estimator: str) -> np.ndarray:
+    """One advantage per trajectory from its group's members in the batch, by ``estimator``:
+    ``group_std`` (GRPO) and ``dr_grpo`` (Dr.GRPO, no std) via
+    :func:`agentjax.objectives.group_advantages`, ``rloo`` via
+    :func:`agentjax.objectives.rloo_advantages`; ``gae`` gives zeros (the critic computes them in
+    the train step). A group with a single member in the batch gets 0 (no baseline)."""
+    out = np.zeros(len(rewards), np.float32)
+    if estimator == "gae":
+        return out
     members: dict[str, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
     for idx in members.values():
         if len(idx) < 2:
             continue
-        x = r[idx]
-        d = x - x.mean()
-        out[idx] = d / (x.std() + eps) if scale == "std" else d
-    return out.astype(np.float32)
+        r = np.asarray([[rewards[i] for i in idx]], np.float64)
+        if estimator == "rloo":
+            a = rloo_advantages(r)
+        else:
+            a = group_advantages(r, scale="std" if estimator == "group_std" else "none")
+        out[idx] = np.asarray(a, np.float64)[0].astype(np.float32)
+    return out
 
 
 def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: int, length: int,
-               scale: str = "std") -> tuple[dict[str, np.ndarray], dict[str, float]]:
+               advantage: str = "group_std", rewards: Sequence[float] | None = None
+               ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Pads every trajectory's rows into ``[rows, length]`` arrays.
 
     Rows beyond the trajectories' own are all-zero with ``loss_mask`` 0 (they change nothing).
@@ -43,10 +51,11 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
     GAE (:mod:`agentjax.learner.critic`): ``step_reward`` (the episode's reward on the last action
     token of its last row), ``bootstrap`` (1 where the row does not end the episode: a round
     budget cut, a row cut at ``length``, a rewritten context's earlier turn) and ``lengths``.
-    Returns the arrays and bookkeeping metrics.
+    ``rewards`` (default: each trajectory's ``final_reward``) are what the advantages are
+    computed from. Returns the arrays and bookkeeping metrics.
     """
-    rewards = [float(t.final_reward) for t in trajs]
-    adv = group_advantages_np(rewards, [t.task_id for t in trajs], scale=scale)
+    rewards = [float(t.final_reward if rewards is None else rewards[i]) for i, t in enumerate(trajs)]
+    adv = trajectory_advantages(rewards, [t.task_id for t in trajs], advantage)
     tok = np.zeros((rows, length), np.int32)
     pos = np.full((rows, length), length, np.int32)
     mask = np.zeros((rows, length), np.float32)
@@ -81,7 +90,8 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
             boot[r] = 0.0 if ends else 1.0
             r += 1
     batch = {"tokens": tok, "positions": pos, "loss_mask": mask, "behav_logp": logp,
-             "advantages": a, "weight": w, "step_reward": step_reward, "bootstrap": boot, "lengths": lengths}
+             "advantages": a, "weight": w, "behaviour_version": version,
+             "step_reward": step_reward, "bootstrap": boot, "lengths": lengths}
     if routes is not None:
         batch["routes"] = routes
     groups = defaultdict(list)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from agentjax.objectives import masked_mean
+from agentjax.objectives import gae, masked_mean
 
 
 def state_values(values: jax.Array) -> jax.Array:
@@ -30,7 +30,9 @@ def state_values(values: jax.Array) -> jax.Array:
 
 
 def token_gae(values, loss_mask, step_reward, bootstrap, lengths, *, gamma: float, lam: float):
-    """Advantages and returns ``[B, T]`` (0 off the action tokens).
+    """Advantages and returns ``[B, T]`` (0 off the action tokens): :func:`agentjax.objectives.gae`
+    over each row's action tokens, gathered in order to the front (observation tokens are the
+    environment's move: they pass the recursion through untouched) and scattered back.
 
     Args:
         values: ``[B, T]`` critic outputs per position (no gradient is taken through them here).
@@ -48,16 +50,16 @@ def token_gae(values, loss_mask, step_reward, bootstrap, lengths, *, gamma: floa
     v_end = jnp.take_along_axis(values, last[:, None], axis=1)[:, 0] * bootstrap
     m = loss_mask > 0
 
-    def step(carry, x):
-        next_v, next_a = carry
-        v_t, r_t, m_t = x
-        a = r_t + gamma * next_v - v_t + gamma * lam * next_a
-        carry = (jnp.where(m_t, v_t, next_v), jnp.where(m_t, a, next_a))
-        return carry, jnp.where(m_t, a, 0.0)
+    def row(v_r, r_r, m_r, v_end_r):
+        order = jnp.argsort(~m_r, stable=True)  # action positions first, in order
+        n = jnp.sum(m_r)
+        steps = jnp.arange(m_r.shape[0]) < n
+        vals = jnp.concatenate([v_r[order], jnp.zeros((1,), v_r.dtype)]).at[n].set(v_end_r)
+        adv, _ = gae(r_r[order], jnp.full(m_r.shape, gamma, jnp.float32), vals, lam, mask=steps)
+        return jnp.zeros_like(adv).at[order].set(adv)
 
-    xs = (v.T, step_reward.astype(jnp.float32).T, m.T)
-    _, adv = jax.lax.scan(step, (v_end, jnp.zeros_like(v_end)), xs, reverse=True)
-    adv = adv.T
+    adv = jax.vmap(row)(v, step_reward.astype(jnp.float32), m, v_end)
+    adv = jnp.where(m, adv, 0.0)
     return adv, jnp.where(m, adv + v, 0.0)
 
 

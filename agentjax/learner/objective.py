@@ -1,8 +1,18 @@
-"""The learner's objective, chosen by config from ``agentjax.objectives``.
+"""The learner's objective, chosen by config from the loss registry (``agentjax.objectives.registry``).
 
-``policy_objective(cfg, batch, logp, ...)`` applies the configured consistency filter (IcePop or
-KPop between the learner's and the sampler's log-probs), a staleness down-weight per sequence,
-then the configured policy loss, plus optional reference KL and value loss.
+``LossConfig`` is the run config's ``loss`` section: ``name`` picks the loss; its own fields
+(``clip_low``, ``clip_high``, ``aggregation``, bounds, ...) sit in the sub-section named after it
+(``loss.grpo.clip_high=0.28``) and default to its paper's values; a field the chosen loss does
+not have is an error naming it. Other losses' sub-sections are ignored, so switching
+``loss.name`` on the command line gives the new loss its own defaults, never the old one's clip.
+The rest is shared by every loss: the consistency filter (IcePop / KPop), truncated IS
+(``tis_cap``), the advantage estimator, reference KL, value loss, negative-advantage scale.
+
+``policy_objective(cfg, batch, logp, ...)`` applies the filter, the staleness down-weight per
+sequence, TIS, then the loss. The filters and TIS compare the learner's engine with the
+sampler's at the *same* parameters (``filter_ratio="mismatch"``: ``batch["train_at_behavior_logp"]``,
+the learner's recompute with the behaviour version's kept parameters) or the current policy with
+the sampler (``"total"``: mismatch and staleness together, a hard trust region).
 """
 
 from __future__ import annotations
@@ -13,71 +23,95 @@ import jax
 import jax.numpy as jnp
 
 from agentjax import objectives as obj
+from agentjax.objectives import registry
 
-LOSSES = ("ppo", "grpo", "gspo", "cispo", "mis_po", "hispo")
+LOSSES = tuple(registry.LOSSES)
 FILTERS = ("none", "icepop", "kpop")
-ADVANTAGES = ("group", "gae")
+FILTER_RATIOS = ("mismatch", "total")
+ADVANTAGES = ("group_std", "dr_grpo", "rloo", "gae")
+_TIS_LOSSES = ("ppo", "grpo", "cispo")  # losses linear in a per-token advantage weight
 
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
     name: str = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    aggregation: str = "seq_mean_token_mean"
-    kl_coef: float = 0.0
-    kl_kind: str = "k3"
-    filter: str = "icepop"
+    # the chosen loss's own fields, in the section named after it (loss.grpo.clip_high=0.28);
+    # absent fields take the loss's paper defaults (agentjax.objectives.registry)
+    ppo: dict = dataclasses.field(default_factory=dict)
+    grpo: dict = dataclasses.field(default_factory=dict)
+    gspo: dict = dataclasses.field(default_factory=dict)
+    cispo: dict = dataclasses.field(default_factory=dict)
+    mis_po: dict = dataclasses.field(default_factory=dict)
+    hispo: dict = dataclasses.field(default_factory=dict)
+    decoupled_ppo: dict = dataclasses.field(default_factory=dict)
+    # consistency filter (IcePop: Ling team 2025, band [0.5, 2]; KPop: binary-KL threshold 0.05)
+    filter: str = "none"
+    filter_ratio: str = "mismatch"
     icepop_low: float = 0.5
     icepop_high: float = 2.0
     kpop_threshold: float = 0.05
-    mis_token_bounds: tuple[float, float] = (0.5, 2.0)
-    mis_seq_bounds: tuple[float, float] = (0.8, 1.25)
-    hispo_mismatch_bounds: tuple[float, float] = (0.5, 2.0)
-    hispo_staleness_bounds: tuple[float, float] = (0.2, 5.0)
+    tis_cap: float = 0.0  # > 0: truncated IS on the mismatch ratio (Yao et al. 2025 use 2)
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
     value_coef: float = 0.0
-    advantage: str = "group"  # "group": GRPO-family group advantages; "gae": critic + GAE
+    advantage: str = "group_std"  # group_std (GRPO) | dr_grpo | rloo | gae (critic)
     gamma: float = 1.0  # GAE: discount per action token
     gae_lambda: float = 0.95
     whiten: bool = True  # GAE: normalise advantages over the batch's action tokens
     negative_scale: float = 1.0  # multiplies negative advantages (0: learn only from better-than-average)
 
     def __post_init__(self):
-        if self.name not in LOSSES:
-            raise ValueError(f"loss.name={self.name!r} is invalid; allowed values: {list(LOSSES)}")
-        if self.filter not in FILTERS:
-            raise ValueError(f"loss.filter={self.filter!r} is invalid; allowed values: {list(FILTERS)}")
-        if self.aggregation not in obj.AGGREGATION_MODES:
-            raise ValueError(
-                f"loss.aggregation={self.aggregation!r} is invalid; "
-                f"allowed values: {list(obj.AGGREGATION_MODES)}"
-            )
-        if self.advantage not in ADVANTAGES:
-            raise ValueError(
-                f"loss.advantage={self.advantage!r} is invalid; allowed values: {list(ADVANTAGES)}")
+        _choice("loss.name", self.name, LOSSES)
+        for name in LOSSES:  # hashable, read-only sections (each loss reads only its own)
+            sec = getattr(self, name)
+            sec = dict(sec) if not isinstance(sec, tuple) else dict(sec)
+            object.__setattr__(self, name, tuple(sorted(
+                (k, tuple(v) if isinstance(v, list) else v) for k, v in sec.items())))
+        _choice("loss.filter", self.filter, FILTERS)
+        _choice("loss.filter_ratio", self.filter_ratio, FILTER_RATIOS)
+        _choice("loss.advantage", self.advantage, ADVANTAGES)
+        _choice("loss.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        self.objective  # noqa: B018 - builds the loss's own config: a foreign field is an error
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
-            raise ValueError(
-                f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: each must be in [0, 1]")
+            raise ValueError(f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: "
+                             "each must be in [0, 1]")
         if self.advantage == "gae" and self.value_coef <= 0:
             raise ValueError(f"loss.value_coef={self.value_coef} is invalid with loss.advantage='gae'; "
                              "must be > 0 (the critic has to learn)")
         if not 0.0 <= self.negative_scale <= 1.0:
             raise ValueError(f"loss.negative_scale={self.negative_scale} is invalid; must be in [0, 1]")
-        if self.kl_kind not in ("k1", "k2", "k3"):
-            raise ValueError(f"loss.kl_kind={self.kl_kind!r} is invalid; allowed: ['k1', 'k2', 'k3']")
-        obj.check_clip(self.clip_low, self.clip_high, prefix="loss.")
-        if not 0 <= self.icepop_low <= self.icepop_high:
-            raise ValueError(f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
-                             "are invalid; must satisfy 0 <= icepop_low <= icepop_high")
+        if self.tis_cap < 0 or (self.tis_cap and self.name not in _TIS_LOSSES):
+            raise ValueError(f"loss.tis_cap={self.tis_cap} is invalid with loss.name={self.name!r}; "
+                             f"0 (off) or a positive cap, only with {list(_TIS_LOSSES)} (the others "
+                             "mask or reweight the mismatch themselves)")
         for f in ("kpop_threshold", "kl_coef", "value_coef"):
             if not getattr(self, f) >= 0:
                 raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be >= 0")
-        for f in ("mis_token_bounds", "mis_seq_bounds", "hispo_mismatch_bounds",
-                  "hispo_staleness_bounds"):
-            lo, hi = getattr(self, f)
-            if not 0 <= lo <= hi:
-                raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be a (low, high) "
-                                 "pair with 0 <= low <= high")
+        if not 0 <= self.icepop_low <= self.icepop_high:
+            raise ValueError(f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
+                             "are invalid; must satisfy 0 <= icepop_low <= icepop_high")
+
+    @property
+    def objective(self):
+        """The chosen loss's own config (``agentjax.objectives.registry``)."""
+        try:
+            return registry.make(self.name, **dict(getattr(self, self.name)))
+        except ValueError as e:
+            raise ValueError(str(e).replace("loss.", f"loss.{self.name}.")) from None
+
+    @property
+    def needs(self) -> frozenset:
+        """Extra log-probs the objective needs: ``"train_v"`` (the learner at the behaviour
+        version) and/or ``"prox"`` (the learner at the start of the step)."""
+        need = set(self.objective.needs)
+        if (self.filter != "none" and self.filter_ratio == "mismatch") or self.tis_cap:
+            need.add("train_v")
+        return frozenset(need)
+
+
+def _choice(field, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
 
 
 def _filter(cfg: LossConfig, train_logp, infer_logp, mask):
@@ -88,12 +122,21 @@ def _filter(cfg: LossConfig, train_logp, infer_logp, mask):
     return jnp.ones_like(mask)
 
 
+def ratio_metrics(logp, behav, train_v, prox, mask) -> dict:
+    """The three factors of ``pi / mu`` (update x staleness x mismatch) as masked means."""
+    up, st, mm, tot = obj.decompose_three(logp, prox, train_v, behav)
+    return {"ratio/update": obj.masked_mean(up, mask), "ratio/staleness": obj.masked_mean(st, mask),
+            "ratio/mismatch": obj.masked_mean(mm, mask), "ratio/total": obj.masked_mean(tot, mask),
+            "mismatch/max_abs_delta": jnp.max(jnp.where(mask > 0, jnp.abs(train_v - behav), 0.0))}
+
+
 def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=None):
     """Loss (to minimise) and metrics for one batch.
 
     ``batch`` holds ``loss_mask``, ``behav_logp``, ``advantages`` ([B] or [B, T]), ``weight`` [B]
-    (staleness down-weight, 1 = full), and optionally ``train_at_behavior_logp`` (the learner's
-    recompute at the behaviour version, for HisPO and the filters) and ``returns`` (for a critic).
+    (staleness down-weight, 1 = full), and, where ``cfg.needs`` says so,
+    ``train_at_behavior_logp`` (the learner's recompute at the behaviour version) and
+    ``prox_logp`` (the learner at the start of the step); ``returns`` for a critic.
     ``values`` are the critic's state values aligned with the tokens, ``V(c_t)`` for the token at
     ``t`` (:func:`agentjax.learner.critic.state_values`); ``ref_logp`` the frozen reference
     policy's log-probs of the same tokens.
@@ -104,8 +147,15 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     w = batch["weight"]
     mask = batch["loss_mask"] * (w[:, None] > 0)
     behav = batch["behav_logp"]
+    # prox: the parameters at the step's start; with one update per step that is logp itself
+    missing = ["train_v"] if "train_v" in cfg.needs and "train_at_behavior_logp" not in batch else []
+    if missing:
+        raise ValueError(f"loss {cfg.name!r} (filter={cfg.filter!r}, filter_ratio={cfg.filter_ratio!r}, "
+                         f"tis_cap={cfg.tis_cap}) needs the log-probs {missing}: pass behaviour "
+                         "parameters to the train step (agentjax.learner.step)")
     train_v = batch.get("train_at_behavior_logp")
-    ref = jax.lax.stop_gradient(logp) if train_v is None else train_v
+    prox = batch.get("prox_logp", jax.lax.stop_gradient(logp))
+    ref = train_v if cfg.filter_ratio == "mismatch" and train_v is not None else jax.lax.stop_gradient(logp)
     keep = _filter(cfg, ref, behav, batch["loss_mask"])
     metrics = {"masked/filter_" + cfg.filter: obj.masked_mean(1.0 - keep, batch["loss_mask"])}
     m = mask * keep
@@ -113,33 +163,18 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     if cfg.negative_scale != 1.0:
         adv = jnp.where(adv < 0, cfg.negative_scale * adv, adv)
     adv = adv * (w if adv.ndim == 1 else w[:, None])
-    common = dict(aggregation=cfg.aggregation, max_len=logp.shape[1])  # Dr.GRPO constant: padded length
-    if cfg.name == "ppo":
-        loss, lm = obj.ppo_loss(logp, behav, adv, m, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                **common)
-    elif cfg.name == "grpo":
-        loss, lm = obj.grpo_loss(logp, behav, adv, m, clip_low=cfg.clip_low,
-                                 clip_high=cfg.clip_high, ref_logp=ref_logp, kl_coef=cfg.kl_coef,
-                                 kl_kind=cfg.kl_kind, **common)
-    elif cfg.name == "gspo":
-        adv = adv if adv.ndim == 1 else obj.masked_mean(adv, m, axis=1)
-        loss, lm = obj.gspo_loss(logp, behav, adv, m, clip_low=cfg.clip_low, clip_high=cfg.clip_high)
-    elif cfg.name == "cispo":
-        loss, lm = obj.cispo_loss(logp, behav, adv, m, clip_high=cfg.clip_high, **common)
-    elif cfg.name == "mis_po":
-        loss, lm = obj.mis_po_loss(logp, behav, adv, m, token_bounds=cfg.mis_token_bounds,
-                                   seq_bounds=cfg.mis_seq_bounds, **common)
-    else:
-        loss, lm = obj.hispo_loss(
-            logp, ref, behav, adv, m,
-            mismatch_token_bounds=cfg.hispo_mismatch_bounds, mismatch_seq_bounds=None,
-            staleness_token_bounds=cfg.hispo_staleness_bounds, staleness_seq_bounds=None,
-            clip_low=cfg.clip_low, clip_high=cfg.clip_high, **common,
-        )
+    if cfg.tis_cap:  # truncated IS on the mismatch ratio pi_v / mu, no gradient
+        tis = jnp.minimum(jnp.exp(jnp.where(m > 0, train_v - behav, 0.0)), cfg.tis_cap)
+        metrics["tis/weight_mean"] = obj.masked_mean(tis, m)
+        metrics["tis/truncated"] = obj.masked_mean((tis >= cfg.tis_cap).astype(jnp.float32), m)
+        adv = (adv[:, None] if adv.ndim == 1 else adv) * jax.lax.stop_gradient(tis)
+    logps = registry.Logps(logp, behav, train_v, prox)
+    loss, lm = cfg.objective.apply(logps, adv, m, max_len=logp.shape[1], ref_logp=ref_logp,
+                                   kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind)
     metrics.update({f"loss/{k}": v for k, v in lm.items()})
     if cfg.kl_coef and cfg.name != "grpo" and ref_logp is not None:
-        kl = obj.aggregate(obj.kl_penalty(logp, ref_logp, cfg.kl_kind), m, cfg.aggregation,
-                           max_len=logp.shape[1])
+        kl = obj.aggregate(obj.kl_penalty(logp, ref_logp, cfg.kl_kind), m,
+                           getattr(cfg.objective, "aggregation", "token_mean"), max_len=logp.shape[1])
         loss = loss + cfg.kl_coef * kl
         metrics["loss/kl"] = kl
     if cfg.value_coef and values is not None:
@@ -147,6 +182,8 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
         vloss = 0.5 * obj.masked_mean((values - jax.lax.stop_gradient(batch["returns"])) ** 2, vmask)
         loss = loss + cfg.value_coef * vloss
         metrics["loss/value"] = vloss
+    if train_v is not None:
+        metrics.update(ratio_metrics(jax.lax.stop_gradient(logp), behav, train_v, prox, batch["loss_mask"]))
     w = obj.importance_weights(ref, behav, batch["loss_mask"], level="token")
     metrics["ess/token_frac"] = obj.ess(w, batch["loss_mask"]) / jnp.maximum(
         jnp.sum(batch["loss_mask"]), 1.0

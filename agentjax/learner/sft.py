@@ -15,9 +15,9 @@ import numpy as np
 import optax
 
 from agentjax.objectives import masked_mean
+from agentjax.policy.codec import Codec
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.scoring import token_logprobs
-from agentjax.policy.codec import Codec
 
 
 def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, length: int):

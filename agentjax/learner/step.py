@@ -27,7 +27,7 @@ import optax
 from agentjax.learner import critic
 from agentjax.learner.objective import LossConfig, policy_objective
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import critic_values
+from agentjax.policy.model import critic_values, forward
 from agentjax.policy.scoring import token_logprobs
 
 
@@ -47,6 +47,7 @@ class OptimConfig:
     b2: float = 0.99
     grad_clip: float = 1.0
     grad_accum: int = 1
+    minibatches: int = 1  # optimiser updates per learner batch (PPO/AReaL minibatches)
 
     def __post_init__(self):
         if not 0 < self.learning_rate < float("inf"):  # NaN fails too
@@ -54,6 +55,8 @@ class OptimConfig:
                              "must be a finite number > 0")
         if self.grad_accum < 1:
             raise ValueError(f"optim.grad_accum={self.grad_accum} is invalid; must be >= 1")
+        if self.minibatches < 1:
+            raise ValueError(f"optim.minibatches={self.minibatches} is invalid; must be >= 1")
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -100,58 +103,140 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
-def _train_step(state: TrainState, batch, ref_params=None, *, model_config, loss_config, tx, transform,
-                grad_accum):
-    if ref_params is not None and loss_config.kl_coef:
-        ref_logp, _ = token_logprobs(ref_params, batch["tokens"], batch["positions"], config=model_config,
-                                     transform=transform, routes=batch.get("routes"))
-        batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
+def behaviour_logprobs(behaviour, batch, *, model_config, transform):
+    """The learner's log-probs of every token under the parameters of the version that sampled it.
+
+    ``behaviour = (params_tuple, versions)``: K kept parameter versions and their numbers ``[K]``
+    (unused slots: version -1). Each slot is scored only when some token of the batch carries its
+    version (``batch["behaviour_version"]`` ``[B, T]``). Returns ``(logp [B, T], covered)``, the
+    share of loss tokens whose version was kept (the caller makes sure it is 1).
+    """
+    kept, versions = behaviour
+    ver = batch["behaviour_version"]
+    out = jnp.zeros(ver.shape, jnp.float32)
+    found = jnp.zeros(ver.shape, bool)
+    for k, p in enumerate(kept):
+        hit = ver == versions[k]
+
+        def score(p=p):
+            return token_logprobs(p, batch["tokens"], batch["positions"], config=model_config,
+                                  transform=transform, routes=batch.get("routes"))[0].astype(jnp.float32)
+
+        lp = jax.lax.cond(jnp.any(hit), score, lambda: jnp.zeros(ver.shape, jnp.float32))
+        out, found = jnp.where(hit, lp, out), found | hit
+    mask = batch["loss_mask"]
+    covered = jnp.sum(found * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return jax.lax.stop_gradient(out), covered
+
+
+def routing_mismatch(params, batch, recorded, model_config):
+    """Share of (real position, layer) whose experts the learner's forward used differ from the
+    ones the sampler recorded: 0 with routing replay (``batch["routes"]``), > 0 without it
+    (``batch["sampler_routes"]`` only) as soon as the two engines' router logits differ."""
+    _, _, aux = forward(params, batch["tokens"], batch["positions"], config=model_config,
+                        routes=batch.get("routes"))
+    used = jnp.sort(jax.lax.stop_gradient(aux["routes"]), axis=-1)
+    differ = jnp.any(used != jnp.sort(recorded, axis=-1), axis=-1)  # [B, T, layers]
+    real = (batch["positions"] < batch["tokens"].shape[1])[..., None]
+    return jnp.sum(differ * real) / jnp.maximum(jnp.sum(real) * differ.shape[-1], 1)
+
+
+def _grads(params, batch, args, grad_accum):
     grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
-    args = (model_config, loss_config, transform)
     if grad_accum == 1:
-        (loss, metrics), grads = grad_fn(state.params, batch, *args)
-    else:
-        b = batch["tokens"].shape[0]
-        if b % grad_accum:
-            raise ValueError(f"batch size {b} is not divisible by optim.grad_accum={grad_accum}")
-        micro = jax.tree.map(lambda x: x.reshape((grad_accum, b // grad_accum) + x.shape[1:]), batch)
+        (loss, metrics), grads = grad_fn(params, batch, *args)
+        return loss, metrics, grads
+    b = batch["tokens"].shape[0]
+    if b % grad_accum:
+        raise ValueError(f"batch size {b} is not divisible by optim.grad_accum={grad_accum}")
+    micro = jax.tree.map(lambda x: x.reshape((grad_accum, b // grad_accum) + x.shape[1:]), batch)
 
-        def body(acc, mb):
-            (l, m), g = grad_fn(state.params, mb, *args)
-            return jax.tree.map(jnp.add, acc, (l, m, g)), None
+    def body(acc, mb):
+        (l, m), g = grad_fn(params, mb, *args)
+        return jax.tree.map(jnp.add, acc, (l, m, g)), None
 
-        zeros = jax.tree.map(
-            jnp.zeros_like,
-            jax.eval_shape(lambda: grad_fn(state.params, jax.tree.map(lambda x: x[0], micro), *args)),
-        )
-        zeros = (zeros[0][0], zeros[0][1], zeros[1])
-        (loss, metrics, grads), _ = jax.lax.scan(body, zeros, micro)
-        loss, metrics, grads = jax.tree.map(lambda x: x / grad_accum, (loss, metrics, grads))
+    zeros = jax.tree.map(
+        jnp.zeros_like,
+        jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda x: x[0], micro), *args)),
+    )
+    zeros = (zeros[0][0], zeros[0][1], zeros[1])
+    (loss, metrics, grads), _ = jax.lax.scan(body, zeros, micro)
+    return jax.tree.map(lambda x: x / grad_accum, (loss, metrics, grads))
+
+
+def _update(params, opt_state, batch, *, args, tx, grad_accum):
+    loss, metrics, grads = _grads(params, batch, args, grad_accum)
     finite = jnp.isfinite(loss) & _all_finite(grads)
-    updates, new_opt = tx.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
+    updates, new_opt = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
     pick = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
     metrics = dict(metrics)
     metrics["grad_norm"] = optax.tree.norm(grads)
     metrics["skipped_nonfinite"] = 1.0 - finite.astype(jnp.float32)
-    new_state = TrainState(
-        step=state.step + finite.astype(jnp.int32),
-        params=pick(new_params, state.params),
-        opt_state=pick(new_opt, state.opt_state),
-        rng=state.rng,
-    )
+    return pick(new_params, params), pick(new_opt, opt_state), finite, metrics
+
+
+def _train_step(state: TrainState, batch, ref_params=None, behaviour=None, *, model_config, loss_config,
+                tx, transform, grad_accum, minibatches=1):
+    if ref_params is not None and loss_config.kl_coef:
+        ref_logp, _ = token_logprobs(ref_params, batch["tokens"], batch["positions"], config=model_config,
+                                     transform=transform, routes=batch.get("routes"))
+        batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
+    extra = {}
+    recorded = batch.get("routes", batch.get("sampler_routes"))
+    if model_config.is_moe and recorded is not None:
+        extra["routing/mismatch"] = routing_mismatch(state.params, batch, recorded, model_config)
+    if "train_v" in loss_config.needs:
+        if behaviour is None:
+            raise ValueError(f"loss {loss_config.name!r} with filter={loss_config.filter!r}, "
+                             f"filter_ratio={loss_config.filter_ratio!r}, tis_cap={loss_config.tis_cap} "
+                             "needs the behaviour versions' parameters: call train_step(state, batch, "
+                             "ref_params, behaviour=(params_tuple, versions))")
+        train_v, covered = behaviour_logprobs(behaviour, batch, model_config=model_config,
+                                              transform=transform)
+        batch = {**batch, "train_at_behavior_logp": train_v}
+        extra["behaviour/covered"] = covered
+    if minibatches > 1:  # the proximal policy: the parameters when this step starts
+        prox, _ = token_logprobs(state.params, batch["tokens"], batch["positions"], config=model_config,
+                                 transform=transform, routes=batch.get("routes"))
+        batch = {**batch, "prox_logp": jax.lax.stop_gradient(prox.astype(jnp.float32))}
+    upd = functools.partial(_update, args=(model_config, loss_config, transform), tx=tx,
+                            grad_accum=grad_accum)
+    if minibatches == 1:
+        params, opt_state, finite, metrics = upd(state.params, state.opt_state, batch)
+        steps = finite.astype(jnp.int32)
+    else:
+        b = batch["tokens"].shape[0]
+        if b % minibatches:
+            raise ValueError(f"batch size {b} is not divisible by optim.minibatches={minibatches}")
+        mbs = jax.tree.map(lambda x: x.reshape((minibatches, b // minibatches) + x.shape[1:]), batch)
+
+        def body(carry, mb):
+            p, o = carry
+            p, o, fin, m = upd(p, o, mb)
+            return (p, o), (fin, m)
+
+        (params, opt_state), (fins, ms) = jax.lax.scan(body, (state.params, state.opt_state), mbs)
+        metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+        steps = jnp.sum(fins.astype(jnp.int32))
+    metrics = {**metrics, **extra}
+    new_state = TrainState(step=state.step + steps, params=params, opt_state=opt_state, rng=state.rng)
     return new_state, metrics
 
 
 def make_train_step(model_config: ModelConfig, loss_config: LossConfig,
                     tx: optax.GradientTransformation, *, transform=None, grad_accum: int = 1,
-                    donate: bool = False):
-    """A jitted ``(state, batch, ref_params=None) -> (state, metrics)``.
+                    minibatches: int = 1, donate: bool = False):
+    """A jitted ``(state, batch, ref_params=None, behaviour=None) -> (state, metrics)``.
 
+    ``behaviour = (params_tuple, versions)``: the kept parameters of the behaviour versions, for
+    objectives that need the learner's log-probs at the version that sampled each token
+    (``loss_config.needs``). ``minibatches > 1`` splits the batch into that many sequential
+    optimiser updates (the proximal policy of decoupled PPO is the parameters at the start).
     ``donate=True`` donates the old state's buffers. Leave it off when anything else holds the
     old parameters: colocated sampling shares the very same arrays, and asynchronous rollouts of
     an older version may still run after the step.
     """
     fn = functools.partial(_train_step, model_config=model_config, loss_config=loss_config, tx=tx,
-                           transform=transform, grad_accum=grad_accum)
+                           transform=transform, grad_accum=grad_accum, minibatches=minibatches)
     return jax.jit(fn, donate_argnums=0 if donate else ())

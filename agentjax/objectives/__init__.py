@@ -29,6 +29,7 @@ from agentjax.objectives.corrections import (
     label_noise_success,
     truncate,
 )
+from agentjax.objectives.decoupled import decompose_three, decoupled_ppo_loss
 from agentjax.objectives.filters import binary_kl, icepop_mask, kpop_mask
 from agentjax.objectives.losses import cispo_loss, grpo_loss, gspo_loss, ppo_loss
 from agentjax.objectives.offpolicy import hispo_loss, mis_po_loss
@@ -40,6 +41,8 @@ __all__ = [
     "check_clip",
     "cispo_loss",
     "decompose_ratio",
+    "decompose_three",
+    "decoupled_ppo_loss",
     "discounts_from",
     "ess",
     "gae",

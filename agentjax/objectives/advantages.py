@@ -51,14 +51,21 @@ def group_advantages(rewards: Any, *, scale: str = "std", eps: float = 1e-6) -> 
     """
     if scale not in GROUP_SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {GROUP_SCALES}")
-    r = _as_float("rewards", rewards)
+    xp = _namespace(rewards)
+    r = rewards if xp is np else _as_float("rewards", rewards)
     _check_ndim("rewards", r, 2, "[P, G]")
     # An all-equal group is exactly zero (rounding in the mean must not invent a tiny signal).
-    same = jnp.max(r, axis=1, keepdims=True) == jnp.min(r, axis=1, keepdims=True)
-    centred = jnp.where(same, 0.0, r - jnp.mean(r, axis=1, keepdims=True))
+    same = xp.max(r, axis=1, keepdims=True) == xp.min(r, axis=1, keepdims=True)
+    centred = xp.where(same, 0.0, r - xp.mean(r, axis=1, keepdims=True))
     if scale == "none":
         return centred
-    return centred / (jnp.std(r, axis=1, keepdims=True) + eps)
+    return centred / (xp.std(r, axis=1, keepdims=True) + eps)
+
+
+def _namespace(rewards: Any):
+    """numpy for a host float64 array (the learner's batching computes advantages on the host in
+    float64), jax.numpy otherwise: one formula, either array library."""
+    return np if isinstance(rewards, np.ndarray) and rewards.dtype == np.float64 else jnp
 
 
 def rloo_advantages(rewards: Any) -> Array:
@@ -73,14 +80,15 @@ def rloo_advantages(rewards: Any) -> Array:
     Returns:
         ``[P, G]`` advantages.
     """
-    r = _as_float("rewards", rewards)
+    xp = _namespace(rewards)
+    r = rewards if xp is np else _as_float("rewards", rewards)
     _check_ndim("rewards", r, 2, "[P, G]")
     g = r.shape[1]
     if g < 2:
         raise ValueError(f"rewards must have G >= 2 samples per group for RLOO, got shape {r.shape}")
-    adv = r - (jnp.sum(r, axis=1, keepdims=True) - r) / (g - 1)
-    same = jnp.max(r, axis=1, keepdims=True) == jnp.min(r, axis=1, keepdims=True)
-    return jnp.where(same, 0.0, adv)  # exactly 0 for an all-equal group, despite rounding
+    adv = r - (xp.sum(r, axis=1, keepdims=True) - r) / (g - 1)
+    same = xp.max(r, axis=1, keepdims=True) == xp.min(r, axis=1, keepdims=True)
+    return xp.where(same, 0.0, adv)  # exactly 0 for an all-equal group, despite rounding
 
 
 def prob_same_group(p: Any, group_size: int) -> Array:

@@ -38,7 +38,7 @@ from agentjax.trajectory import Trajectory
 __all__ = ["Consumed", "Record", "RunLog", "Scheduler", "SchedulerConfig", "run"]
 
 
-_CALLABLES = ("tasks", "worker", "learner", "admission", "drift_fn")
+_CALLABLES = ("tasks", "worker", "learner", "admission", "drift_fn", "retry")
 
 
 class _LearnerResult(NamedTuple):
@@ -65,13 +65,20 @@ class Scheduler:
         executor: Any = None,
         admission: Callable[[stl.SampleInfo, stl.StalenessConfig], stl.Decision] = stl.admit,
         drift_fn: Callable[[Trajectory, int], float | None] | None = None,
+        retry: Callable[[Any, Any, Trajectory], tuple[Any, Any]] | None = None,
     ) -> None:
+        """``retry(state, task, trajectory) -> (state, task_or_None)``: called for every infra
+        fault (masked); a returned task is submitted again before any new one. ``state`` starts as
+        None per original task and is kept in the snapshot (see :mod:`agentjax.sampling.retry`)."""
         if staleness_config.batch_size != config.batch_size:
             raise ValueError("staleness_config.batch_size must equal config.batch_size")
         if staleness_config.queue_capacity < config.batch_size:
             raise ValueError("queue_capacity must be >= batch_size (else the learner starves)")
         self.tasks, self.worker, self.learner = iter(tasks), worker, learner
-        self.admission, self.drift_fn = admission, drift_fn
+        self.admission, self.drift_fn, self.retry = admission, drift_fn, retry
+        self.retry_queue: list[tuple[int, Any]] = []  # (original index, task) to submit first
+        self.retry_of: dict[int, int] = {}  # index of a retried submission -> original index
+        self.retry_states: dict[int, Any] = {}
         self.cfg, self.scfg, self.params = config, staleness_config, params
         self.ex = SimulatedExecutor() if executor is None else executor
         self.st = stl.init(staleness_config)
@@ -107,10 +114,16 @@ class Scheduler:
         self._log(terminal.value, index)
 
     def _submit_new(self) -> int | None:
-        task = next(self.tasks, None)
+        origin = None
+        if getattr(self, "retry_queue", None):
+            origin, task = self.retry_queue.pop(0)
+        else:
+            task = next(self.tasks, None)
         if task is None:
             return None
         index = len(self.records)
+        if origin is not None:
+            self.retry_of[index] = origin
         self.records.append(
             Record(
                 index,
@@ -182,6 +195,12 @@ class Scheduler:
         rec, traj = self.records[index], self.traj[index]
         if traj.final_reward is None:  # infra fault: masked, never a silent zero
             self._event(Kind.MASK)
+            if getattr(self, "retry", None) is not None:
+                origin = self.retry_of.get(index, index)
+                st, again = self.retry(self.retry_states.get(origin), self.task[index], traj)
+                self.retry_states[origin] = st
+                if again is not None:
+                    self.retry_queue.append((origin, again))
             return self._resolve(index, Terminal.MASKED, traj.label or "no reward")
         rec.consume_version = self.version
         info = stl.SampleInfo(
@@ -360,6 +379,7 @@ class Scheduler:
         *,
         admission: Callable[[stl.SampleInfo, stl.StalenessConfig], stl.Decision] = stl.admit,
         drift_fn: Callable[[Trajectory, int], float | None] | None = None,
+        retry: Callable[[Any, Any, Trajectory], tuple[Any, Any]] | None = None,
         skip_drawn: bool = True,
     ) -> Scheduler:
         """Rebuilds a run from :meth:`snapshot`. ``tasks`` is a fresh task source: with
@@ -368,7 +388,7 @@ class Scheduler:
         obj = cls.__new__(cls)
         obj.__dict__.update(pickle.loads(blob))
         obj.tasks, obj.worker, obj.learner = iter(tasks), worker, learner
-        obj.admission, obj.drift_fn = admission, drift_fn
+        obj.admission, obj.drift_fn, obj.retry = admission, drift_fn, retry
         if skip_drawn:
             for _ in range(len(obj.records)):
                 next(obj.tasks)

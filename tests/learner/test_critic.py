@@ -161,10 +161,10 @@ def test_run_config_with_gae_and_no_critic_fails_naming_the_field():
         runconfig.parse(cfg)
     cfg.model.value_head = "separate"
     assert runconfig.parse(cfg).loss.advantage == "gae"
-    cfg.loss.advantage = "group"  # a value loss without GAE returns would fail at the first step
+    cfg.loss.advantage = "group_std"  # a value loss without GAE returns would fail at the first step
     with pytest.raises(ConfigError, match=r"loss.value_coef=0.5 needs returns from a critic"):
         runconfig.parse(cfg)
     cfg.loss.advantage = "td"
-    allowed = r"loss.advantage='td' is invalid; allowed values: \['group', 'gae'\]"
+    allowed = r"loss.advantage='td' is invalid; allowed values: \['group_std', 'dr_grpo', 'rloo', 'gae'\]"
     with pytest.raises(ConfigError, match=allowed):
         runconfig.parse(cfg)

@@ -50,7 +50,15 @@ def _batch(params_np, config=CONFIG, adv=ADV, seed=1):
     mask[:, START:] = 1.0
     behav = _score(jax.tree.map(jnp.asarray, params_np), tokens, positions, config)
     return {"tokens": tokens, "positions": positions, "loss_mask": jnp.asarray(mask),
-            "behav_logp": behav, "advantages": jnp.asarray(adv), "weight": jnp.ones(B)}
+            "behav_logp": behav, "advantages": jnp.asarray(adv), "weight": jnp.ones(B),
+            "behaviour_version": jnp.zeros((B, T), jnp.int32)}
+
+
+def _behaviour(name, params_np):
+    """(ref_params, behaviour) for a loss that needs the behaviour version's log-probs: version 0."""
+    if "train_v" not in LossConfig(name=name).needs:
+        return ()
+    return (None, ((jax.tree.map(jnp.asarray, params_np),), jnp.array([0], jnp.int32)))
 
 
 def _np(tree):
@@ -81,7 +89,7 @@ def grpo_result(params0, batch):
 
 @pytest.mark.parametrize("name", LOSSES)
 def test_every_loss_trains(name, params0, batch):
-    new, metrics = _step(name)(_state(params0), batch)
+    new, metrics = _step(name)(_state(params0), batch, *_behaviour(name, params0))
     for k, v in metrics.items():
         assert np.isfinite(float(v)), k
     assert metrics["skipped_nonfinite"] == 0.0 and int(new.step) == 1
@@ -206,21 +214,28 @@ def test_exact_mode_ratio_is_one_and_gradient_matches(params0, batch, grpo_resul
     assert float(metrics["loss/ratio/mean"]) == 1.0
     assert float(metrics["loss/ratio/max"]) == 1.0
     assert float(metrics["loss/clip_fraction"]) == 0.0
-    assert float(metrics["masked/filter_icepop"]) == 0.0
+    assert float(metrics["masked/filter_none"]) == 0.0
     standard, _ = grpo_result
     _assert_close(new.params, standard.params, rtol=1e-4, atol=1e-6)
 
 
-def test_icepop_metric_in_step(params0, batch):
-    """behav_logp moved far from the learner's on some tokens: the step reports the fraction."""
+def test_icepop_in_step_compares_the_behaviour_versions_recompute(params0, batch):
+    """behav_logp moved far from the learner's on some tokens: the step reports the fraction,
+    comparing the sampler with the learner's recompute at the behaviour version (slot of version
+    0), not with the current (moved) parameters."""
     behav = np.array(batch["behav_logp"])
     behav[0, 7] += 1.0  # ratio e^-1 = 0.37 < 0.5: filtered
     behav[1, 11] -= 1.0  # ratio e = 2.72 > 2: filtered
     behav[2, 8] -= 3.0  # filtered
     behav[3, 9] += 0.5  # ratio 0.61: kept
     behav[3, 2] += 5.0  # outside the loss mask: not counted
-    _, metrics = _step("grpo")(_state(params0), {**batch, "behav_logp": jnp.asarray(behav)})
+    step = make_train_step(CONFIG, LossConfig(name="grpo", filter="icepop"), TX)  # mismatch ratio
+    p0 = jax.tree.map(jnp.asarray, params0)
+    moved = jax.tree.map(lambda x: x + 0.3, p0)  # current params far away: staleness is not mismatch
+    _, metrics = step(_state(_np(moved)), {**batch, "behav_logp": jnp.asarray(behav)}, None,
+                      ((moved, p0), jnp.array([5, 0], jnp.int32)))  # version 0 is the second slot
     assert float(metrics["masked/filter_icepop"]) == pytest.approx(3 / 24, abs=1e-7)
+    assert float(metrics["behaviour/covered"]) == 1.0
     assert float(metrics["skipped_nonfinite"]) == 0.0
 
 

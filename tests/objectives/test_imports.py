@@ -6,7 +6,7 @@ import pathlib
 
 import agentjax.objectives as objectives
 
-ALLOWED = {"__future__", "typing", "collections", "jax", "numpy", "chex", "agentjax"}
+ALLOWED = {"__future__", "typing", "collections", "dataclasses", "jax", "numpy", "chex", "agentjax"}
 ALLOWED_AGENTJAX = ("agentjax.objectives", "agentjax.trajectory")
 
 

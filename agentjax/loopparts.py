@@ -1,0 +1,76 @@
+"""Pieces of the training loop built from the run config's feature sections (issue #16).
+
+Pure functions of the config and the batch; :mod:`agentjax.system` calls them. See
+:mod:`agentjax.runsections` for what each section means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from agentjax.envs import curriculum as cur
+from agentjax.sampling import staleness as stl
+from agentjax.sampling.retry import make_retry
+from agentjax.trajectory import Trajectory
+
+
+def retry_policy(run):
+    """The scheduler's retry callable, or None (``faults.retry_max_attempts == 1``)."""
+    f = run.faults
+    return None if f.retry_max_attempts <= 1 else make_retry(f.retry_max_attempts, f.retry_max_same_cause)
+
+
+def staleness_config(run) -> stl.StalenessConfig:
+    s = run.scheduler
+    return stl.StalenessConfig(batch_size=run.rl.batch_size, max_version_gap=s.max_version_gap,
+                               queue_capacity=max(4 * run.rl.batch_size, s.num_slots),
+                               **run.admission.staleness_kwargs())
+
+
+def make_curriculum(c):
+    """The noise curriculum of a ``curriculum`` section, or None when it is off."""
+    if not c.enabled:
+        return None
+    return cur.noise_curriculum(c.start, c.cap, ramp_steps=c.ramp_steps, warmup_steps=c.warmup_steps,
+                                gate=c.gate, floor=c.floor, backoff=c.backoff, decay=c.decay)
+
+
+def initial_rates(run) -> dict[str, float]:
+    """The fault rates of the first episodes: the curriculum's start, else ``faults.rates``."""
+    return dict(run.curriculum.start) if run.curriculum.enabled else dict(run.faults.rates)
+
+
+def rubric_score(t: Trajectory) -> float:
+    s = (t.reward_evidence or {}).get("rubric", {}).get("score", math.nan)
+    return float(s) if s == s else 0.0
+
+
+def batch_rewards(run, trajs: Sequence[Trajectory]) -> list[float]:
+    """The reward each trajectory's advantage is computed from: the verdict's reward, plus
+    ``rubric.weight x`` the rubric score with ``rubric.mode='reward'``."""
+    if run.rubric.mode != "reward":
+        return [float(t.final_reward) for t in trajs]
+    w = run.rubric.weight
+    return [(1.0 - w) * float(t.final_reward) + w * rubric_score(t) for t in trajs]
+
+
+def fingerprint_weights(run, trajs: Sequence[Trajectory], weights: Sequence[float]) -> tuple[list, dict]:
+    """With ``fingerprints.mode='group'`` a trajectory whose environment fingerprint differs
+    from its group's first one gets weight 0 (dropped); metrics count the fingerprints."""
+    first: dict[str, str] = {}
+    out, dropped = [], 0
+    for t, w in zip(trajs, weights, strict=True):
+        fp = first.setdefault(t.task_id, t.env_fingerprint)
+        if run.fingerprints.mode == "group" and t.env_fingerprint != fp:
+            w, dropped = 0.0, dropped + 1
+        out.append(w)
+    return out, {"fingerprints/distinct": float(len({t.env_fingerprint for t in trajs})),
+                 "fingerprints/dropped": float(dropped)}
+
+
+def success(trajs: Sequence[Trajectory]) -> float | None:
+    xs = [t.label == "pass" for t in trajs]
+    return float(np.mean(xs)) if xs else None

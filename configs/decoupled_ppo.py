@@ -1,0 +1,17 @@
+"""Decoupled PPO (AReaL): asynchronous sampling up to 4 versions stale, 4 optimiser updates per
+batch (minibatches), the trust region centred on the proximal policy (the parameters at the start
+of each learner step) and the behaviour weight pi_prox / mu on every token.
+
+    python -m launch.train --config=configs/decoupled_ppo.py --workdir=workdir/decoupled
+"""
+
+from configs import default
+
+
+def get_config():
+    c = default.get_config()
+    c.scheduler.update(mode="async", max_version_gap=4)
+    c.loss.update(name="decoupled_ppo", filter="none")
+    c.loss.decoupled_ppo = dict(clip_low=0.2, clip_high=0.2, behavior_cap=5.0, aggregation="token_mean")
+    c.optim.minibatches = 4
+    return c
