@@ -7,7 +7,9 @@ Pure functions of the config and the batch; :mod:`agentjax.system` calls them. S
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +17,47 @@ from agentjax.envs import curriculum as cur
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.retry import make_retry
 from agentjax.trajectory import Trajectory
+
+ENV_CRASH = "env_crash"  # per-episode infra fault injected around any environment (loop level)
+
+
+class InjectedEnvCrash(RuntimeError):
+    """The injected infrastructure failure: the environment process 'dies' at the first step."""
+
+
+class NoisyEnv:
+    """Wraps a task's environment with the configured fault injection. At each reset it reads
+    the current rates (so a noise curriculum moves them): the environment's own classes go to
+    its ``reset(..., fault_rates=...)``; ``env_crash`` is drawn here from a stream seeded by the
+    episode seed and task (runs replay), and a crashing episode raises at its first step, which
+    the rollout records as ``infra_fault``: masked by the scheduler, never a zero reward."""
+
+    def __init__(self, env, rates: dict):
+        self.env, self.rates, self.crash = env, rates, False
+
+    def reset(self, task, seed, *args, **kw):
+        rate = float(self.rates.get(ENV_CRASH, 0.0))
+        self.crash = random.Random(f"{ENV_CRASH}:{seed}:{task.task_id}").random() < rate
+        own = env_rates(self.rates)
+        return self.env.reset(task, seed, *args, **({**kw, "fault_rates": own} if own else kw))
+
+    def step(self, action):
+        if self.crash:
+            raise InjectedEnvCrash(f"injected {ENV_CRASH}")
+        return self.env.step(action)
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+
+def noisy(make_env: Callable[[], Any], rates: dict) -> Callable[[], Any]:
+    """An environment factory whose environments inject ``rates`` (read live at each reset)."""
+    return lambda: NoisyEnv(make_env(), rates)
+
+
+def env_rates(rates: dict) -> dict:
+    """The rates the task's own environment injects (everything but the loop's ``env_crash``)."""
+    return {k: v for k, v in rates.items() if k != ENV_CRASH}
 
 
 def retry_policy(run):

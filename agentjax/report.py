@@ -366,6 +366,9 @@ def classes(run: dict, out: str) -> list[str]:
     lines += [f"| {c} | {_pct(v.get('submitted'))} | {_pct(v.get('admitted'))} | "
               f"{_f(v.get('deviation_pp'), 1)} |" for c, v in shares.items()]
     sch = run["summary"].get("scheduler", {})
+    if sch.get("slowest_class"):
+        lines.append(f"Fast-first bias: the slowest class `{sch['slowest_class']}` never trained "
+                     f"{_pct(sch['slowest_class_drop_rate'])} of its episodes.")
     if "long_task_drop_rate" in sch:
         lines.append(f"\nMax deviation {_f(sch.get('max_share_deviation_pp'), 1)} pts; long-task drop rate "
                      f"{_pct(sch['long_task_drop_rate'])}.")
@@ -384,7 +387,9 @@ def cost(run: dict, out: str) -> list[str]:
         ax = fig.subplots()
         ax.barh([f"{i} (device)" for i in items] + [f"{i} (CPU)" for i in items],
                 [dev.get(i, 0) for i in items] + [cpu.get(i, 0) for i in items])
-        ax.set(xlabel="seconds (virtual clock)", title="cost ledger")
+        measured = "cost_ledger_virtual" in summary  # the real run's wall times (virtual: older runs)
+        ax.set(xlabel="seconds (measured wall)" if measured else "seconds (virtual clock)",
+               title="cost ledger")
         n = max(sch.get("consumed", 0), 1)
         lines += [_save(fig, out, "cost.png", left=0.3), "",
                   "| item | device-s | CPU-s | per trained trajectory: device-s | CPU-s |", "|---" * 5 + "|"]

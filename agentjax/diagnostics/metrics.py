@@ -191,11 +191,47 @@ def cost_ledger(records: Iterable[Any], num_steps: int, step_device_seconds: flo
     return ledger
 
 
+def measured_cost_ledger(records: Iterable[Any], trajectories: dict, train_seconds: float) -> CostLedger:
+    """The ledger of the real run from measured wall times: each trajectory's generation wall
+    share (``timings["generation"]``, device), environment wall (``env_wall`` less the final
+    step, CPU), verification wall (``verify_wall``: the final step, submission and verifier, CPU),
+    and the learner's measured step time; work that never trained is retry/waste."""
+    ledger = CostLedger()
+    for r in records:
+        t = trajectories.get(r.index)
+        if t is None:
+            continue
+        gen = float(t.timings.get("generation", 0.0))
+        verify = float(t.timings.get("verify_wall", 0.0))
+        env = max(float(t.timings.get("env_wall", 0.0)) - verify, 0.0)
+        if r.terminal is not None and r.terminal.value == "trained":
+            ledger.add("generation", device=gen)
+            ledger.add("environment", cpu=env)
+            ledger.add("verification", cpu=verify)
+        else:
+            ledger.add("retry_waste", device=gen, cpu=env + verify)
+    ledger.add("training", device=train_seconds)
+    return ledger
+
+
+def class_fast_first(classes: Sequence[str], durations: Sequence[float], trained: Sequence[bool]) -> dict:
+    """Fast-first bias over the task classes that exist in the run: per class its mean episode
+    duration and the share that never trained; the slowest class's drop rate is the headline."""
+    by: dict[str, list] = collections.defaultdict(list)
+    for c, d, t in zip(classes, durations, trained, strict=True):
+        by[c].append((d, t))
+    dur = {c: _mean([d for d, _ in v if d == d]) for c, v in sorted(by.items())}
+    drop = {c: float(np.mean([not t for _, t in v])) for c, v in sorted(by.items())}
+    slowest = max(dur, key=dur.get) if dur else ""
+    return {"duration_by_class": dur, "drop_rate_by_class": drop, "slowest_class": slowest,
+            "slowest_class_drop_rate": drop.get(slowest, 0.0)}
+
+
 def _mean(xs: Sequence[float]) -> float:
     return float(np.mean(xs)) if len(xs) else 0.0
 
 
-def summarise(log: Any, long_classes: Sequence[str] = ("long",)) -> dict[str, Any]:
+def summarise(log: Any, long_classes: Sequence[str] | None = ("long",)) -> dict[str, Any]:
     """All scheduling metrics of one run log; submissions cancelled at shutdown are censored
     (neither admitted nor dropped) for the share and drop-rate metrics."""
     recs = log.records
@@ -223,7 +259,10 @@ def summarise(log: Any, long_classes: Sequence[str] = ("long",)) -> dict[str, An
         else 0.0,
         "class_shares": shares,
         "max_share_deviation_pp": max_share_deviation_pp(shares),
-        "long_task_drop_rate": long_task_drop_rate([r.task_class in long_classes for r in done], trained),
+        **({} if long_classes is None else {"long_task_drop_rate": long_task_drop_rate(
+            [r.task_class in long_classes for r in done], trained)}),
+        **class_fast_first([r.task_class for r in done],
+                           [r.complete_time - r.submit_time for r in done], trained),
         "max_version_gap": max(gaps, default=0),
         "mean_generation_gap": _mean([r.gen_gap for r in done if r.terminal.value == "trained"]),
         "mean_queue_gap": _mean([r.queue_gap for r in done if r.terminal.value == "trained"]),

@@ -269,7 +269,10 @@ class Rollout:
             self._close_turn(i, [])
             r.done, r.stop, r.env_error = True, StopReason.INFRA_FAULT, repr(e)
             return []
-        r.timings["env_wall"] += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        r.timings["env_wall"] += dt
+        if res.done:  # the final step: the submission and its verification
+            r.timings["verify_wall"] = r.timings.get("verify_wall", 0.0) + dt
         r.timings["env"] += float(res.evidence.get("latency_s", 0.0))
         r.calls += 1
         r.rewards.append(float(res.reward))
