@@ -248,6 +248,10 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         if parts["faults"].rates:
             raise ConfigError("faults.rates and curriculum.enabled=True both set the fault rates; "
                               "use curriculum.start/cap (faults keeps the retry policy)")
+    own = sorted(k for k in {**parts["faults"].rates, **parts["curriculum"].cap} if k != "env_crash")
+    if own and t.name != "minirepo":
+        raise ConfigError(f"fault classes {own} are injected by minirepo's environment only; with "
+                          f"task.name={t.name!r} use faults.rates.env_crash (the loop's injector)")
     if rl.temperature <= 0:
         raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
     return RunConfig(
