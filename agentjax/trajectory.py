@@ -43,6 +43,8 @@ class Turn:
     observation: np.ndarray  # int32 [O]: tokens appended by the environment (never trained on)
     routes: np.ndarray | None = None  # int32 [C + A, layers, k]: MoE experts used at sampling
     pauses: tuple[int, ...] = ()  # action offsets where sampling paused and later resumed
+    recomputed: bool = False  # the slot engine evicted the episode while its environment ran:
+    #                           this turn's context was re-prefilled (partial rollout's recompute)
 
 
 @dataclasses.dataclass

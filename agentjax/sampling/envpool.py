@@ -192,3 +192,25 @@ class PoolConfig:
 
     def make(self) -> EnvPool:
         return EnvPool(self.workers, self.kind)
+
+
+class RealLatency:
+    """Wraps an environment so each step also *waits* its reported latency x ``scale`` (seconds):
+    a simulated latency (minirepo's long-tailed ``evidence["latency_s"]``) applied as real waiting,
+    released to other threads while it sleeps, as a sandbox or subprocess would."""
+
+    def __init__(self, env, scale: float = 1.0):
+        self.env, self.scale = env, scale
+
+    def reset(self, task, seed: int):
+        return self.env.reset(task, seed)
+
+    def step(self, action_text: str):
+        res = self.env.step(action_text)
+        time.sleep(self.scale * float(res.evidence.get("latency_s", 0.0)))
+        return res
+
+    def __getattr__(self, name):  # audit() and the rest of the wrapped environment
+        if name in ("env", "scale"):
+            raise AttributeError(name)
+        return getattr(self.env, name)

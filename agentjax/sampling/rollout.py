@@ -72,6 +72,7 @@ class _Row:
     obs_cut: int = 0
     env_error: str | None = None  # the exception a broken environment raised
     call_error: str | None = None  # why the action was not a tool call (agent_error)
+    evicted: bool = False  # the slot engine gave up this row's slot while its environment ran
 
 
 def bucket(n: int, smallest: int = 8) -> int:
@@ -80,6 +81,17 @@ def bucket(n: int, smallest: int = 8) -> int:
     while b < n:
         b *= 2
     return b
+
+
+def env_call(env: Env, text: str):
+    """One environment step, timed: ``(env, result, error, wall seconds)``. The environment comes
+    back with the result so that a step run in another process carries its state home."""
+    t0 = time.perf_counter()
+    try:
+        res, err = env.step(text), None
+    except Exception as e:  # noqa: BLE001 - reported to the caller as the step's error
+        res, err = None, e
+    return env, res, err, time.perf_counter() - t0
 
 
 @jax.jit
@@ -238,41 +250,55 @@ class Rollout:
     def _close_turn(self, i: int, obs: list[int]):
         r = self.rows[i]
         a = np.asarray(r.gen["tok"], np.int32)
-        routes = None
-        if self.state.routes is not None:
-            routes = np.asarray(self.state.routes[i, : r.context.size + a.size])
         r.turns.append(Turn(
             context=r.context, action=a, logp=np.asarray(r.gen["lp"], np.float32),
             logp_raw=np.asarray(r.gen["raw"], np.float32), version=np.asarray(r.gen["ver"], np.int32),
-            observation=np.asarray(obs, np.int32), routes=routes, pauses=tuple(r.pauses),
+            observation=np.asarray(obs, np.int32), routes=self._routes_of(i, r.context.size + a.size),
+            pauses=tuple(r.pauses), recomputed=r.evicted,
         ))
+        r.evicted = False
         r.segments.append(("action", a.tolist()))
         if obs:
             r.segments.append(("observation", obs))
         r.gen = {k: [] for k in ("tok", "lp", "raw", "ver")}
         r.pauses = []
 
+    def _routes_of(self, i: int, n: int) -> np.ndarray | None:
+        """Row ``i``'s MoE experts at its first ``n`` positions (None: dense model)."""
+        if self.state.routes is None:
+            return None
+        return np.asarray(self.state.routes[i, :n])
+
     def _env_step(self, i: int) -> list[int]:
         """Hands the action to the environment; returns the observation tokens to append."""
+        text = self._action_text(i)
+        if text is None:
+            return []
+        _, res, err, wall = env_call(self.rows[i].spec.env, text)
+        return self._env_result(i, res, err, wall)
+
+    def _action_text(self, i: int) -> str | None:
+        """Row ``i``'s action as tool-call text; None (the episode ended as the agent's error)
+        when it holds no well-formed tool call."""
         r = self.rows[i]
         try:
-            text = self.codec.action_text(r.gen["tok"])
+            return self.codec.action_text(r.gen["tok"])
         except ToolCallError as e:  # a malformed call is the agent's error, never a crash
             self._close_turn(i, [])
             r.done, r.stop, r.call_error = True, StopReason.AGENT_ERROR, str(e)
-            return []
-        t0 = time.perf_counter()
-        try:
-            res = r.spec.env.step(text)
-        except Exception as e:  # noqa: BLE001 - a broken environment is an infra fault, not a crash
-            r.timings["env_wall"] += time.perf_counter() - t0
+            return None
+
+    def _env_result(self, i: int, res, err: BaseException | None, wall: float) -> list[int]:
+        """Books an environment step's result (or the error it raised) on row ``i``; returns the
+        observation tokens to append (none when the episode ended)."""
+        r = self.rows[i]
+        r.timings["env_wall"] += wall
+        if err is not None:  # a broken environment is an infra fault, not a crash
             self._close_turn(i, [])
-            r.done, r.stop, r.env_error = True, StopReason.INFRA_FAULT, repr(e)
+            r.done, r.stop, r.env_error = True, StopReason.INFRA_FAULT, repr(err)
             return []
-        dt = time.perf_counter() - t0
-        r.timings["env_wall"] += dt
         if res.done:  # the final step: the submission and its verification
-            r.timings["verify_wall"] = r.timings.get("verify_wall", 0.0) + dt
+            r.timings["verify_wall"] = r.timings.get("verify_wall", 0.0) + wall
         r.timings["env"] += float(res.evidence.get("latency_s", 0.0))
         r.calls += 1
         r.rewards.append(float(res.reward))
