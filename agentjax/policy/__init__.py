@@ -1,8 +1,10 @@
 """Model math only: config, init, forward (dense + MoE), KV cache, tokenizers, HF import."""
 
+from agentjax.policy.chat import ChatTemplate, load_chat_tokenizer
 from agentjax.policy.codec import Codec
 from agentjax.policy.config import ConfigError, ModelConfig, ValueHead
 from agentjax.policy.hf import HFImportError, load_hf_checkpoint, load_hf_config
+from agentjax.policy.hf_export import export_hf
 from agentjax.policy.logprobs import token_logprobs_from_logits
 from agentjax.policy.model import (
     abstract_params,
@@ -19,11 +21,14 @@ from agentjax.policy.tokenizer import HFTokenizer, WordTokenizer
 
 __all__ = [
     "PRESETS",
+    "ChatTemplate",
     "Codec",
     "ConfigError",
     "HFImportError",
     "HFTokenizer",
     "WordTokenizer",
+    "export_hf",
+    "load_chat_tokenizer",
     "load_hf_checkpoint",
     "load_hf_config",
     "preset",
