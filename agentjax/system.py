@@ -31,6 +31,7 @@ from agentjax import loopparts, runconfig, tasks
 from agentjax.diagnostics import tbevents
 from agentjax.diagnostics.evaluate import evaluate
 from agentjax.learner import checkpoint as ckpt
+from agentjax.learner import resume as durable
 from agentjax.learner import versions as pv
 from agentjax.learner.batching import make_batch
 from agentjax.learner.journal import Journal
@@ -38,6 +39,7 @@ from agentjax.learner.sft import demo_rows, sft_train
 from agentjax.learner.step import init_train_state, make_optimizer, make_train_step
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import abstract_params, init_params
+from agentjax.sampling import snapshot
 from agentjax.sampling.context import make_context_policy
 from agentjax.sampling.precision import sampler_model, to_sampler
 from agentjax.sampling.runlog import SchedulerConfig
@@ -144,6 +146,7 @@ class _Run:
         self.wall0 = time.perf_counter()
         self._journaled: set[int] = set()
         self.curriculum, self.curriculum_state = loopparts.make_curriculum(run.curriculum), None
+        self.journal_count = 0  # records in the journal (the checkpoint's "journaled")
 
     # -- learner, called by the scheduler ----------------------------------------------------
     def learner(self, version: int, batch) -> int:
@@ -205,6 +208,7 @@ class _Run:
         done = [t for i, t in sorted(sch.traj.items()) if i not in self._journaled and i not in sch.paused]
         self._journaled.update(t.submit_index for t in done)
         self.journal.append(done)
+        self.journal_count += len(done)
 
 
 def learner_rows(run: runconfig.RunConfig) -> int:
@@ -273,11 +277,65 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: _Run, tasks) -> Scheduler
     )
 
 
-def _truncate_jsonl(path: str, step: int) -> None:
-    if not os.path.exists(path):
-        return
-    keep = [ln for ln in open(path) if ln.strip() and json.loads(ln).get("step", 0) <= step]
-    _atomic_write(path, "".join(keep).encode())
+def config_record(run: runconfig.RunConfig) -> dict:
+    """The parsed run config as JSON (stored with every checkpoint; --resume compares it)."""
+    return json.loads(json.dumps(dataclasses.asdict(run), default=str))
+
+
+def _snapshot_intact(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            snapshot.loads(f.read(), source=path)
+        return True
+    except (OSError, snapshot.SnapshotError):
+        return False
+
+
+def _resume(r: _Run, params0, ckdir: str):
+    """Restores the newest checkpoint after checking that everything agrees (see
+    :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it."""
+    run, log = r.parts.run, r.log
+    steps = ckpt.all_steps(ckdir)
+    if not steps:
+        raise ckpt.CheckpointError(f"--resume: no checkpoint under {ckdir}")
+    step = steps[-1]
+    restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, r.tx, run.seed), step=step)
+    meta = restored.metadata
+    durable.check_config(meta.get("config"), config_record(run), f"checkpoint step {step} ({ckdir})")
+    path = durable.snapshot_path(ckdir, step)
+    tasks = iter(task_dataset(r.parts))
+    tasks.set_state(meta["data_iterator"])
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+        scheduler = Scheduler.restore(blob, tasks, r.worker, r.learner, skip_drawn=False,
+                                      executor=BatchingExecutor(), source=path,
+                                      retry=loopparts.retry_policy(run))
+    except (OSError, snapshot.SnapshotError) as e:
+        hint = durable.previous_step_hint(ckdir, step, steps, _snapshot_intact)
+        raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
+    text, torn = durable.metrics_lines(r.metrics_path, step)
+    scan = r.journal.scan()
+    if len(scan.records) < meta["journaled"]:
+        raise ckpt.CheckpointError(
+            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
+            f"records but the checkpoint journaled {meta['journaled']}: committed trajectories "
+            "were lost; start a new --workdir")
+    # Everything agrees: cut what was written after the checkpoint (and any torn tail).
+    with open(r.metrics_path) as f:
+        if f.read() != text:
+            _atomic_write(r.metrics_path, text.encode())
+    if torn:
+        log(f"repaired {r.metrics_path}: dropped a torn last line")
+    if scan.torn:
+        log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
+    r.journal.truncate(meta["journaled"])
+    r.journal_count = meta["journaled"]
+    r.state = restored.state
+    evals = [json.loads(ln) for ln in text.splitlines()]
+    evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
+    log(f"resumed from step {step} ({ckdir})")
+    return meta["header"], scheduler, tasks, (evals[-1] if evals else None)
 
 
 def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None] = print) -> dict:
@@ -294,23 +352,16 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
                            gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
                            context=make_context_policy(run.context.policy, run.context.arg))
     r.worker = worker
+    last_eval = None
     if resume:
-        step = ckpt.latest_step(ckdir)
-        if step is None:
-            raise ckpt.CheckpointError(f"--resume: no checkpoint under {ckdir}")
-        target = init_train_state(params0, r.tx, run.seed)
-        restored = ckpt.restore_checkpoint(ckdir, target, step=step)
-        r.state, header = restored.state, restored.metadata["header"]
-        tasks = iter(task_dataset(parts))
-        tasks.set_state(restored.metadata["data_iterator"])
-        with open(os.path.join(ckdir, f"scheduler_{step}.pkl"), "rb") as f:
-            scheduler = Scheduler.restore(f.read(), tasks, worker, r.learner, skip_drawn=False,
-                                          retry=loopparts.retry_policy(run))
-        _truncate_jsonl(r.metrics_path, step)
-        r.journal.truncate(restored.metadata["journaled"])
+        header, scheduler, tasks, last_eval = _resume(r, params0, ckdir)
         if run.loss.kl_coef:
             r.ref_params = ckpt.restore_checkpoint(refdir, params0, step=0).state
-        log(f"resumed from step {step} ({ckdir})")
+        done = os.path.join(workdir, "summary.json")
+        if scheduler.steps >= run.rl.steps and os.path.exists(done):
+            log(f"the run finished at step {scheduler.steps}; nothing to do ({done} unchanged)")
+            with open(done) as f:
+                return json.load(f)
     else:
         if os.path.isdir(ckdir) and ckpt.latest_step(ckdir) is not None:
             raise ckpt.CheckpointError(
@@ -348,7 +399,6 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     r.sampler_version = version
     worker.publish(version, r.sampler_params)
     r._journaled = set(scheduler.traj)
-    last_eval = None
     while scheduler.steps < run.rl.steps:
         nxt = min((scheduler.steps // run.log_every + 1) * run.log_every, run.rl.steps)
         before = scheduler.steps
@@ -366,10 +416,12 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         log(_progress(rows, scheduler, r, last_eval))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
-            _atomic_write(os.path.join(ckdir, f"scheduler_{step}.pkl"), scheduler.snapshot())
+            _atomic_write(durable.snapshot_path(ckdir, step), scheduler.snapshot())
             ckpt.save_checkpoint(ckdir, step, r.state, keep=2,
-                                 metadata={"header": header, "journaled": len(r.journal.read()),
-                                           "data_iterator": tasks.get_state()})
+                                 metadata={"header": header, "journaled": r.journal_count,
+                                           "data_iterator": tasks.get_state(),
+                                           "config": config_record(run)})
+            durable.prune_snapshots(ckdir, ckpt.all_steps(ckdir))  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
     _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())

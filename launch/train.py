@@ -45,6 +45,7 @@ def main(argv):
                                    process_id=_PID.value)
     from agentjax import report, system
     from agentjax.learner.checkpoint import CheckpointError
+    from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
@@ -56,6 +57,9 @@ def main(argv):
         return 2
     except CheckpointError as e:
         print(f"checkpoint error: {e}", file=sys.stderr)
+        return 3
+    except JournalError as e:  # a full disk while journaling: nothing committed was lost
+        print(f"journal error: {e}", file=sys.stderr)
         return 3
     if _CONFIG.value.get("report", True) and jax.process_index() == 0:
         path = report.write_report(_WORKDIR.value)

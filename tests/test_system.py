@@ -185,3 +185,120 @@ def test_rewritten_context_multi_turn_episodes_train(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (train,) = [r for r in _metrics(wd) if "loss/total" in r]
     assert train["batch/rows"] > 16  # 16 trajectories (rl.batch_size), more turns than that
+
+
+# -- durability (#14): checkpoints carry the config; resume repairs or refuses, never guesses --
+
+def _smoke():
+    from configs import smoke
+
+    c = smoke.get_config()
+    c.report = False
+    return c
+
+
+def _files(wd):
+    names = ("metrics.jsonl", "journal.bin", "summary.json")
+    return {n: open(os.path.join(wd, n), "rb").read() for n in names if os.path.exists(os.path.join(wd, n))}
+
+
+def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(reference):
+    from agentjax import runconfig, system
+
+    wd, _ = reference
+    ckdir = os.path.join(wd, "checkpoints")
+    assert ckpt.all_steps(ckdir) == [10, 12]  # keep=2 of the six saved
+    snaps = sorted(n for n in os.listdir(ckdir) if n.startswith("scheduler_"))
+    assert snaps == ["scheduler_10.json", "scheduler_12.json"]  # pruned with their checkpoints
+    meta = ckpt.restore_checkpoint(ckdir, step=12).metadata
+    assert meta["config"] == system.config_record(runconfig.parse(_smoke()))
+    assert meta["config"]["seed"] == 0 and meta["journaled"] > 0
+
+
+def test_resuming_a_finished_run_changes_nothing(reference, tmp_path):
+    import shutil
+
+    from agentjax import system
+
+    wd = str(tmp_path / "done")
+    shutil.copytree(reference[0], wd)
+    before = _files(wd)
+    logs = []
+    summary = system.train(_smoke(), wd, resume=True, log=logs.append)
+    assert any("nothing to do" in x for x in logs), logs
+    assert summary["final_eval"]["eval/n"] == 16  # not overwritten with null
+    assert _files(wd) == before
+
+
+def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp_path):
+    """A different config or seed, a deleted metrics.jsonl, lost journal records, a truncated
+    scheduler snapshot: each a CheckpointError naming the cause; the workdir is left as it was."""
+    import shutil
+
+    from agentjax import system
+    from agentjax.learner.journal import Journal
+
+    wd = str(tmp_path / "wd")
+    shutil.copytree(reference[0], wd)
+    before = _files(wd)
+
+    def refused(match, cfg=None):
+        with pytest.raises(ckpt.CheckpointError, match=match):
+            system.train(cfg or _smoke(), wd, resume=True, log=lambda s: None)
+        assert _files(wd) == before
+
+    other = _smoke()
+    other.seed = 1
+    refused(r"config differs from the one stored with checkpoint step 12 .*seed: 0 -> 1", other)
+    other = _smoke()
+    other.loss.clip_high = 0.3
+    refused(r"loss.clip_high: 0.28 -> 0.3", other)
+
+    metrics = os.path.join(wd, "metrics.jsonl")
+    os.rename(metrics, metrics + ".away")
+    before.pop("metrics.jsonl")
+    refused(r"metrics.jsonl is missing")
+    os.rename(metrics + ".away", metrics)
+    before = _files(wd)
+
+    journal = os.path.join(wd, "journal.bin")
+    shutil.copy(journal, journal + ".full")
+    records = Journal(journal).read()
+    os.remove(journal)
+    Journal(journal).append(records[: len(records) // 2])
+    before = _files(wd)
+    refused(rf"journal.bin holds {len(records) // 2} intact records but the checkpoint journaled")
+    os.replace(journal + ".full", journal)
+    before = _files(wd)
+
+    snap = os.path.join(wd, "checkpoints", "scheduler_12.json")
+    blob = open(snap, "rb").read()
+    open(snap, "wb").write(blob[: len(blob) // 3])
+    refused(r"scheduler_12.json is truncated or corrupted.*step 10, is intact: to resume from it, "
+            r"delete .*checkpoints/12 and .*scheduler_12.json")
+
+
+@pytest.mark.slow
+def test_torn_metrics_line_is_repaired_and_the_previous_step_resumes_exactly(reference, tmp_path):
+    """Following the corrupted-snapshot advice (drop step 12, resume from 10) with a torn last
+    metrics line (a SIGKILL mid-append): the line is dropped, steps 11-12 rerun, and the run ends
+    bitwise where the uninterrupted one ended."""
+    import shutil
+
+    ref_dir, _ = reference
+    wd = str(tmp_path / "wd")
+    shutil.copytree(ref_dir, wd)
+    shutil.rmtree(os.path.join(wd, "checkpoints", "12"))
+    os.remove(os.path.join(wd, "checkpoints", "scheduler_12.json"))
+    os.remove(os.path.join(wd, "summary.json"))
+    with open(os.path.join(wd, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 13, "loss/tot')  # torn
+    out = subprocess.run(_cmd(wd, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "resumed from step 10" in out.stdout and "dropped a torn last line" in out.stdout
+    assert _metrics(wd) == _metrics(ref_dir)
+    for x, y in zip(jax_leaves(_final_params(wd)), jax_leaves(_final_params(ref_dir)), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    summary = json.load(open(os.path.join(wd, "summary.json")))
+    assert summary["final_eval"]["eval/n"] == 16

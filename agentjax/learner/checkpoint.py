@@ -16,7 +16,9 @@ to resume, explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -98,15 +100,57 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state, *,
         raise CheckpointError(f"{path}: metadata must be JSON-serialisable: {e}") from e
     if keep is not None and keep < 1:
         raise CheckpointError(f"{path}: keep={keep} is invalid; keep >= 1 or None (keep all)")
-    with _manager(directory, keep=keep, create=True) as mgr:
-        if step in mgr.all_steps():
-            raise CheckpointError(f"{path} already exists; refusing to overwrite step {step}")
-        args = ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state),
-                                     _META: ocp.args.JsonSave(metadata or {})})
-        if not mgr.save(step, args=args, force=True):
-            raise CheckpointError(f"{path}: orbax declined to save step {step}")
-        mgr.wait_until_finished()
+    try:
+        with _quiet_orbax(), _manager(directory, keep=keep, create=True) as mgr:
+            if step in mgr.all_steps():
+                raise CheckpointError(f"{path} already exists; refusing to overwrite step {step}")
+            args = ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state),
+                                         _META: ocp.args.JsonSave(metadata or {})})
+            if not mgr.save(step, args=args, force=True):
+                raise CheckpointError(f"{path}: orbax declined to save step {step}")
+            mgr.wait_until_finished()
+    except CheckpointError:
+        raise
+    except Exception as e:  # a full disk, a permission error, ...: one error naming the step
+        raise CheckpointError(f"cannot save {path}: {_short(e)} (the previous checkpoint is "
+                              "still the latest)") from None
     return path
+
+
+_OS_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system",
+              "Permission denied")
+
+
+def _short(e: BaseException) -> str:
+    """The root cause of an orbax/tensorstore error on one line: the OS cause first if one is
+    named anywhere in it, then at most 200 characters of the message."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        e = e.__cause__ or e.__context__
+    msg = " ".join(str(e).split())
+    cause = next((c for c in _OS_CAUSES if c in msg), None)
+    head = f"{type(e).__name__}: {msg[:200]}{' ...' if len(msg) > 200 else ''}"
+    return f"{cause} ({head})" if cause else head
+
+
+class _QuietOrbaxErrors(logging.Filter):
+    """Drops orbax's own ERROR records (one per background thread, with tracebacks) while a save
+    runs: its failure is raised once, as a CheckpointError carrying the cause."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    loggers = [logging.getLogger(), logging.getLogger("absl")]
+    f = _QuietOrbaxErrors()
+    for lg in loggers:
+        lg.addFilter(f)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(f)
 
 
 def _abstract(x, sharding=None):

@@ -24,10 +24,10 @@ and queued ones rejected, so no trained sample ever exceeds the configured gap.
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from agentjax.sampling import snapshot as snap
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.queue import RolloutWorker, RoundResult, SubmissionWindow, WorkItem, consumable
@@ -38,10 +38,19 @@ from agentjax.trajectory import Trajectory
 __all__ = ["Consumed", "Record", "RunLog", "Scheduler", "SchedulerConfig", "run"]
 
 
-_CALLABLES = ("tasks", "worker", "learner", "admission", "drift_fn", "retry")
+# The snapshot's fields (besides "executor", the clock and its in-flight results): the scheduler
+# attributes of the same name. "task" and "traj" hold only unresolved submissions and "batches"
+# only indices, weights and admissions: a snapshot does not grow with every trajectory trained
+# (the journal holds those).
+SNAPSHOT_FIELDS = (
+    "cfg", "scfg", "params", "st", "version", "steps", "records", "task", "traj", "state",
+    "running", "round_start", "paused", "completed", "window", "batch", "batches",
+    "learner_ticket", "step_end_times", "events", "round_open", "round_queue", "retry_queue",
+    "retry_of", "retry_states",
+)  # fmt: skip
 
 
-class _LearnerResult(NamedTuple):
+class LearnerResult(NamedTuple):
     params: Any
     duration: float
 
@@ -249,8 +258,8 @@ class Scheduler:
         self.batches.append(batch)
         self.learner_ticket = self.ex.submit(self._learn, self.params, batch)
 
-    def _learn(self, params: Any, batch: list[Consumed]) -> _LearnerResult:
-        return _LearnerResult(self.learner(params, batch), self.cfg.learner_step_time)
+    def _learn(self, params: Any, batch: list[Consumed]) -> LearnerResult:
+        return LearnerResult(self.learner(params, batch), self.cfg.learner_step_time)
 
     # -- events ------------------------------------------------------------------------------
     def _on_learner(self, result: Any) -> None:
@@ -364,10 +373,22 @@ class Scheduler:
         )
 
     def snapshot(self) -> bytes:
-        """The whole run state (virtual clock only; real threads cannot be serialised)."""
+        """The run state as a versioned snapshot file (:mod:`agentjax.sampling.snapshot`; virtual
+        clock only: real threads cannot be serialised). Trajectories already resolved (trained,
+        rejected, ...) are left out: restore them from the journal (``trajectories``)."""
         if not isinstance(self.ex, SimulatedExecutor):
             raise TypeError("only a virtual-clock run (SimulatedExecutor) can be snapshotted")
-        return pickle.dumps({k: v for k, v in self.__dict__.items() if k not in _CALLABLES})
+        executor = self.ex.snapshot_state()  # first: a batching executor runs deferred rounds
+        live = {i for i, rec in enumerate(self.records) if rec.terminal is None}
+        state = {name: getattr(self, name) for name in SNAPSHOT_FIELDS}
+        state.update(
+            task={i: t for i, t in self.task.items() if i in live},
+            traj={i: t for i, t in self.traj.items() if i in live},
+            window={"head": self.window.head, "resolved": sorted(self.window._resolved)},
+            batches=[[c._replace(trajectory=None) for c in b] for b in self.batches],
+            executor=executor,
+        )
+        return snap.dumps(state)
 
     @classmethod
     def restore(
@@ -381,12 +402,33 @@ class Scheduler:
         drift_fn: Callable[[Trajectory, int], float | None] | None = None,
         retry: Callable[[Any, Any, Trajectory], tuple[Any, Any]] | None = None,
         skip_drawn: bool = True,
+        executor: SimulatedExecutor | None = None,
+        trajectories: Mapping[int, Trajectory] | None = None,
+        source: str = "snapshot",
     ) -> Scheduler:
         """Rebuilds a run from :meth:`snapshot`. ``tasks`` is a fresh task source: with
         ``skip_drawn`` the tasks already drawn are skipped (a deterministic source replays
-        them); pass ``skip_drawn=False`` for an iterator restored from its own state."""
+        them); pass ``skip_drawn=False`` for an iterator restored from its own state.
+        ``executor``: a fresh executor of the snapshot's kind (default: a SimulatedExecutor).
+        ``trajectories`` (submission index -> trajectory, e.g. from the journal) fills in the
+        trajectories of the batches trained before the snapshot (else they are None in the log).
+        Raises :class:`~agentjax.sampling.snapshot.SnapshotError` naming ``source`` when the
+        snapshot is not readable (truncated, corrupted, another format or version)."""
+        state = snap.loads(blob, source=source, fields=(*SNAPSHOT_FIELDS, "executor"))
+        ex = SimulatedExecutor() if executor is None else executor
+        if state["executor"].get("kind") != type(ex).__name__:
+            raise snap.SnapshotError(f"{source} was taken with a {state['executor'].get('kind')}; "
+                                     f"pass executor= of that kind (got {type(ex).__name__})")
+        ex.load_snapshot_state(state["executor"])
         obj = cls.__new__(cls)
-        obj.__dict__.update(pickle.loads(blob))
+        for name in SNAPSHOT_FIELDS:
+            setattr(obj, name, state[name])
+        obj.ex = ex
+        obj.window = SubmissionWindow()
+        obj.window.head, obj.window._resolved = state["window"]["head"], state["window"]["resolved"]
+        obj.batch = [c._replace(trajectory=obj.traj.get(c.index, c.trajectory)) for c in obj.batch]
+        have = trajectories or {}
+        obj.batches = [[c._replace(trajectory=have.get(c.index)) for c in b] for b in obj.batches]
         obj.tasks, obj.worker, obj.learner = iter(tasks), worker, learner
         obj.admission, obj.drift_fn, obj.retry = admission, drift_fn, retry
         if skip_drawn:

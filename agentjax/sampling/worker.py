@@ -21,9 +21,9 @@ from typing import Any
 
 import jax
 
+from agentjax.policy.codec import Codec
 from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.queue import RoundResult, WorkItem
-from agentjax.policy.codec import Codec
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
 
@@ -103,10 +103,17 @@ class BatchingExecutor(SimulatedExecutor):
         self._ticket_of: dict[int, int] = {}  # clock seq of a flushed result -> submit ticket
         self._seq_of: dict[int, int] = {}  # submit ticket -> clock seq of its flushed result
 
-    def __getstate__(self):  # snapshots hold the clock, never a worker (params, envs)
+    def snapshot_state(self) -> dict:
+        """The clock and ticket maps (never the worker: params, envs); deferred rounds run first."""
         self.flush()
-        return {"clock": self.clock, "_deferred": [], "_ticket_of": self._ticket_of,
-                "_seq_of": self._seq_of}
+        return {**super().snapshot_state(), "ticket_of": dict(self._ticket_of),
+                "seq_of": dict(self._seq_of), "failures": getattr(self, "_failures", 0)}
+
+    def load_snapshot_state(self, d: dict) -> None:
+        super().load_snapshot_state(d)
+        self._deferred = []
+        self._ticket_of, self._seq_of = dict(d["ticket_of"]), dict(d["seq_of"])
+        self._failures = int(d["failures"])
 
     def submit_round(self, worker, item: WorkItem) -> int:
         """Defers ``worker``'s round until the clock next advances (see :meth:`flush`)."""

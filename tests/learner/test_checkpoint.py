@@ -1,5 +1,7 @@
 """Checkpoint I/O: sharded save, restore onto other meshes, keep-last-N, atomicity, clear errors."""
 
+import logging
+import os
 import shutil
 
 import jax
@@ -141,3 +143,54 @@ def test_save_errors(tmp_path):
     assert all_steps(tmp_path) == [1]
     np.testing.assert_array_equal(restore_checkpoint(tmp_path, {"x": jnp.zeros(2)}).state["x"],
                                   [0.0, 0.0])
+
+
+def _tiny_tmpfs(path, size="64k"):
+    """A size-limited tmpfs at ``path`` (a real full disk), or None where mounting is not allowed."""
+    import subprocess
+
+    os.makedirs(path, exist_ok=True)
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                         capture_output=True)
+    return path if out.returncode == 0 else None
+
+
+def test_full_disk_save_is_one_checkpoint_error(tmp_path, capfd, caplog):
+    """A disk that fills mid-save: one CheckpointError naming the step and the cause, no
+    committed step, and not pages of orbax/asyncio noise on stderr."""
+    import subprocess
+
+    disk = _tiny_tmpfs(tmp_path / "disk")
+    if disk is None:
+        pytest.skip("cannot mount a tmpfs here (the monkeypatched test below still runs)")
+    try:
+        match = r"cannot save .*/3: No space left on device \(ValueError: RESOURCE_EXHAUSTED"
+        with pytest.raises(CheckpointError, match=match):
+            noise = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+            save_checkpoint(disk, 3, {"x": jnp.asarray(noise)})  # 2 MiB, incompressible
+        assert all_steps(disk) == []
+        err = capfd.readouterr().err
+        assert err.count("\n") < 5, err[-3000:]
+        noise = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not noise, noise[0].getMessage()[:500]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_failing_save_is_one_checkpoint_error(tmp_path, monkeypatch):
+    import errno
+
+    import orbax.checkpoint as ocp
+
+    def full(self, *a, **k):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as e:
+            raise RuntimeError("tensorstore write failed: " + "x" * 2000) from e
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    with pytest.raises(CheckpointError) as info:
+        save_checkpoint(tmp_path, 5, {"x": jnp.zeros(4)})
+    msg = str(info.value)
+    assert "cannot save" in msg and "/5" in msg and "No space left on device" in msg
+    assert len(msg) < 500 and "\n" not in msg

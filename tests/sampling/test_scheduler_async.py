@@ -218,10 +218,12 @@ def test_snapshot_restore_continues_exactly(mode, window, budget):
     first = make().run(4)
     assert first.paused or first.running  # the snapshot holds work in flight
     blob = first.snapshot()
+    journal = dict(first.traj)  # what the journal holds: every trajectory produced so far
     del first  # as if the process died
     again = (
         sch.Scheduler.restore(
-            blob, long_tailed_workload(5, infra_fault_rate=0.05), SimulatedWorker(), learner
+            blob, long_tailed_workload(5, infra_fault_rate=0.05), SimulatedWorker(), learner,
+            trajectories=journal,
         )
         .run(10)
         .finish()
