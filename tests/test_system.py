@@ -251,8 +251,8 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
     other.seed = 1
     refused(r"config differs from the one stored with checkpoint step 12 .*seed: 0 -> 1", other)
     other = _smoke()
-    other.loss.clip_high = 0.3
-    refused(r"loss.clip_high: 0.28 -> 0.3", other)
+    other.loss.icepop_high = 3.0
+    refused(r"loss.icepop_high: 2.0 -> 3.0", other)
 
     metrics = os.path.join(wd, "metrics.jsonl")
     os.rename(metrics, metrics + ".away")
