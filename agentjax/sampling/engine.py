@@ -118,6 +118,24 @@ class Engine:
         row = self.sampler.init(1) if row is None else row
         return self.sampler.extend(params, row, arr, np.array([n], np.int32), version=version)
 
+    def warm_up(self, params) -> None:
+        """Compiles every program the engine runs (each prefill width, insert, take, generate) on
+        a scratch state, so that no compilation stalls a real-time run later."""
+        state = self.init()
+        n, widths = 1, set()
+        while n <= self.max_len:
+            widths.add(prefill_width(n, self.max_len))
+            n *= 2
+        widths.add(prefill_width(self.max_len, self.max_len))
+        for w in sorted(widths):
+            for _ in range(2):  # a fresh decode state, then one returned by insert
+                state = self.insert(self.prefill(params, np.ones(w, np.int32), version=0), state, 0)
+            row = self.prefill(params, np.ones(w, np.int32), version=0, row=self.take(state, 0))
+            state = self.insert(row, state, 0)
+        keys = jax.random.split(jax.random.key(0), self.slots)
+        state, span = self.generate(params, state, keys, np.zeros(self.slots), version=0)
+        jax.block_until_ready(self.records(state, span))
+
     def insert(self, row: SamplerState, state: SamplerState, slot: int) -> SamplerState:
         """Puts a one-row state into ``slot`` (replacing whatever was there); ``state`` is donated."""
         self._check_slot(slot)

@@ -124,3 +124,21 @@ def test_bad_slot_and_budget_shape_are_clear_errors(params, engine):
         engine.generate(params, state, _keys([0] * SLOTS), [1, 2], version=0)
     with pytest.raises(ValueError, match="engine.slots=0"):
         Engine(engine.sampler, slots=0)
+
+
+def test_warm_up_compiles_every_program_a_run_needs(params, engine):
+    """After ``warm_up`` no prefill width, insert, take or generate compiles again (a real-time
+    run must not stall on compilation)."""
+    from agentjax.sampling import engine as engine_lib
+    from agentjax.sampling import sampler as sampler_lib
+
+    engine.warm_up(params)
+    fns = (sampler_lib._extend, sampler_lib._generate, engine_lib._insert, engine_lib._take)
+    before = [f._cache_size() for f in fns]
+    state = engine.init()
+    for n in range(1, CFG.max_seq_len + 1, 5):
+        row = engine.prefill(params, _prompt(n)[:1].repeat(n), version=0)
+        state = engine.insert(engine.prefill(params, [5], version=0, row=row), state, n % SLOTS)
+        state = engine.insert(engine.take(state, 0), state, 1)
+    state, span = engine.generate(params, state, _keys(list(range(SLOTS))), [2] * SLOTS, version=0)
+    assert [f._cache_size() for f in fns] == before
