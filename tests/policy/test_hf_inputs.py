@@ -184,3 +184,22 @@ def test_hf_configs_parse_and_name_a_missing_directory(tiny_hf_dir):
         ConfigError, match=r"model.tool_format='xml' is invalid; allowed values: \['plain', 'hermes'\]"
     ):
         runconfig.parse(c)
+
+
+def test_qwen3_moe_export_loads_in_transformers_and_reimports_bitwise(moe_dir, tmp_path):
+    from agentjax.policy.hf import read_config_json
+    from agentjax.policy.hf_export import export_hf
+
+    path, _ = moe_dir
+    config, params = load_hf_checkpoint(path, max_seq_len=32)
+    out = export_hf(params, config, read_config_json(path), tmp_path / "out", max_shard_bytes=20_000)
+    assert (out / "model.safetensors.index.json").is_file()
+    _, again = load_hf_checkpoint(out, max_seq_len=32)
+    jax = pytest.importorskip("jax")
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again, params)
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    tokens = np.random.default_rng(1).integers(0, 64, (2, 8))
+    logits, _, _ = forward(params, jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(8), (2, 8)), config=config)
+    with torch.no_grad():
+        ref = model(torch.tensor(tokens)).logits.numpy()
+    assert np.max(np.abs(np.asarray(logits) - ref)) <= 1e-5
