@@ -199,7 +199,8 @@ def test_qwen3_moe_export_loads_in_transformers_and_reimports_bitwise(moe_dir, t
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again, params)
     model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     tokens = np.random.default_rng(1).integers(0, 64, (2, 8))
-    logits, _, _ = forward(params, jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(8), (2, 8)), config=config)
+    pos = jnp.broadcast_to(jnp.arange(8), (2, 8))
+    logits, _, _ = forward(params, jnp.asarray(tokens), pos, config=config)
     with torch.no_grad():
         ref = model(torch.tensor(tokens)).logits.numpy()
     assert np.max(np.abs(np.asarray(logits) - ref)) <= 1e-5
