@@ -177,11 +177,23 @@ def _roofline(step, tokens: int) -> dict:
             "tok_s_chip": tokens / step.roofline_seconds / step.n_chips}
 
 
+def _learner_from(row: dict, cfg, devices, rules):
+    """The learner setting of a partial row (its train step compiled and fitting), rebuilt
+    without compiling: the mesh, the workload, the parameter shardings and resident bytes."""
+    mesh = aot.topology_mesh(devices, row["learner_mesh"])
+    work = aot.Workload(train_batch=row["train_batch"], train_seq=row["train_seq"],
+                        microbatches=row["microbatches"])
+    params = aot.abstract_params(cfg)
+    p_sh = aot.param_shardings(params, mesh, rules, aot.logical_axes(cfg))
+    return mesh, work, None, p_sh, aot.learner_resident_bytes(params, p_sh, mesh)
+
+
 def run_case(name: str, topology: str, placement: str, mode: str = "fast",
-             save=lambda row: None) -> dict:
+             save=lambda row: None, prior: dict | None = None) -> dict:
     """Finds the first fitting learner and sampler setting; returns a table row.
 
-    ``save`` gets the partial row (learner only) before the sampler is compiled.
+    ``save`` gets the partial row (learner only) before the sampler is compiled; a partial
+    ``prior`` row is continued from there (its learner is not compiled again).
     """
     rules = ShardingRules()
     # per-layer remat, rows split like the batch; the kernels and dtypes of ``mode``
@@ -194,15 +206,21 @@ def run_case(name: str, topology: str, placement: str, mode: str = "fast",
     if placement == "disaggregated":
         l_dev, s_dev, row["slices"] = aot.disaggregated_devices(topology)
     row["tried"] = tried = []
-    learner = _fit_learner(name, cfg, l_dev, kind, rules, tried)
-    if learner is None:
-        return {**row, "fits": False, "why": "no learner candidate fits"}
-    l_mesh, l_work, train, p_sh, opt_bytes = learner
-    row.update(learner_mesh=dict(l_mesh.shape), train_batch=l_work.train_batch,
-               train_seq=l_work.train_seq, microbatches=l_work.microbatches,
-               train_peak=train.peak_bytes, train_coll=dict(train.collectives),
-               train_roofline=_roofline(train, l_work.train_batch * l_work.train_seq))
-    save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
+    if prior and prior.get("partial") and "learner_mesh" in prior:
+        _log("  learner: from the partial row in the cache")
+        row = {k: v for k, v in prior.items() if k not in ("fits", "partial", "why")}
+        tried = row["tried"]
+        l_mesh, l_work, _, p_sh, opt_bytes = _learner_from(prior, cfg, l_dev, rules)
+    else:
+        learner = _fit_learner(name, cfg, l_dev, kind, rules, tried)
+        if learner is None:
+            return {**row, "fits": False, "why": "no learner candidate fits"}
+        l_mesh, l_work, train, p_sh, opt_bytes = learner
+        row.update(learner_mesh=dict(l_mesh.shape), train_batch=l_work.train_batch,
+                   train_seq=l_work.train_seq, microbatches=l_work.microbatches,
+                   train_peak=train.peak_bytes, train_coll=dict(train.collectives),
+                   train_roofline=_roofline(train, l_work.train_batch * l_work.train_seq))
+        save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
     if placement == "colocated":
         cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in COLOCATED_SAMPLER]
         sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, placement, p_sh,
@@ -352,7 +370,7 @@ def main(argv):
                     json.dump(cache, f, indent=1)
 
         _log(key)
-        save(run_case(name, topology, placement, mode, save))
+        save(run_case(name, topology, placement, mode, save, prior=cache.get(key)))
         write(cache, grid + [c for c in chosen if c not in grid])
     write(cache, grid + [c for c in chosen if c not in grid])
     _log(f"wrote {_OUT.value}")

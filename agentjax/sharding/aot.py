@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import jax
 import optax
 from jax.sharding import Mesh
 
@@ -96,11 +97,16 @@ def compile_train(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work: W
                                                 seq=work.train_seq, optimizer=optimizer, kl=kl)
     step = programs.train_program(config, loss, optimizer, work.microbatches)
     report = compile_step("train", step, args, in_sh, out_sh, donate=(0,))
-    state, state_sh = args[0], in_sh[0]
-    resident = shard_bytes(state.opt_state, state_sh.opt_state)
-    if kl:
-        resident += shard_bytes(params, p_sh)
-    return report, p_sh, resident
+    return report, p_sh, learner_resident_bytes(params, p_sh, mesh, optimizer, loss)
+
+
+def learner_resident_bytes(params, param_sh, mesh: Mesh, optimizer=None,
+                           loss: LossConfig = POD_LOSS) -> int:
+    """Per-chip bytes the learner keeps besides the parameters: the optimizer state, and the
+    reference parameters when ``loss.kl_coef > 0`` (no compile needed)."""
+    opt = jax.eval_shape((optimizer or make_optimizer(OptimConfig())).init, params)
+    resident = shard_bytes(opt, tree_shardings_like(opt, params, param_sh, mesh))
+    return resident + (shard_bytes(params, param_sh) if loss.kl_coef > 0 else 0)
 
 
 def compile_sampler(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work: Workload, *,

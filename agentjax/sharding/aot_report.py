@@ -90,7 +90,7 @@ class StepReport:
     device_kind: str = ""
     flops: float = 0.0  # per chip, loop-aware (roofline.hlo_cost); XLA's own counts loops once
     hbm_traffic: float = 0.0  # bytes per chip, loop-aware
-    open_loops: int = 0  # data-dependent loops counted once (decode: one step)
+    open_loops: int = 0  # data-dependent loops: flops/traffic are one iteration (decode: a step)
 
     @property
     def roofline_seconds(self) -> float:
@@ -152,7 +152,7 @@ def compile_step(name: str, fn: Callable, args: Sequence, in_shardings: Sequence
         jax.config.update("jax_enable_compilation_cache", cache_was)
     ma = compiled.memory_analysis()
     text = compiled.as_text()
-    cost = hlo_cost(text)
+    cost = hlo_cost(text).per_iteration()  # decode: one step of its loop
     return StepReport(
         name, len(devices), hbm, device_kind=devices[0].device_kind, flops=cost.flops,
         hbm_traffic=cost.bytes, open_loops=cost.open_loops,
@@ -247,6 +247,6 @@ def roofline_line(s: StepReport) -> str:
     """One line: the step's per-chip FLOPs and HBM bytes and its roofline time (see roofline)."""
     t = s.roofline_seconds
     bound = "compute" if s.flops / CHIP_PEAKS[s.device_kind][0] >= t else "memory"
-    loops = f"; {s.open_loops} data-dependent loop(s) counted once" if s.open_loops else ""
+    loops = "; one iteration of its data-dependent loop" if s.open_loops else ""
     return (f"roofline {s.name}: {s.flops / 1e12:.3f} TFLOP, {s.hbm_traffic / GiB:.2f} GiB HBM "
             f"per chip -> >= {t * 1e3:.2f} ms ({bound}-bound{loops})")

@@ -7,7 +7,8 @@ therefore reads the compiled HLO itself: matmul FLOPs (``dot``, ``convolution``)
 computation, HBM bytes as the operands and results of each top-level instruction (a fusion's
 inside stays on chip), and each loop body times its trip count when the loop condition compares
 the counter with a constant (``lax.scan``, ``fori_loop``, ``lax.map``). A data-dependent loop
-(the sampler's decode ``while_loop``) counts once: for decode that is one step.
+(the sampler's decode ``while_loop``) counts once, and :meth:`Cost.per_iteration` gives the
+cost of that one iteration alone: for decode, one step.
 
 :func:`roofline_seconds` is ``max(flops / peak_flops, bytes / hbm_bandwidth)`` per chip, with
 the published peaks of :data:`CHIP_PEAKS`. Assumptions: every matmul runs at the chip's bf16
@@ -23,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+
+import numpy as np
 
 # Per chip, by ``device.device_kind``: (bf16 FLOP/s, HBM bytes/s). Google Cloud TPU docs:
 # v4 275 TFLOP/s, 1.2 TB/s; v5e 197 TFLOP/s, 819 GB/s; v5p 459 TFLOP/s, 2.765 TB/s;
@@ -46,12 +49,26 @@ class Cost:
     flops: float = 0.0
     bytes: float = 0.0
     open_loops: int = 0  # loops without a constant trip count, counted once
+    loop_flops: float = 0.0  # of one iteration of those loops (decode: one step)
+    loop_bytes: float = 0.0
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(self.flops + o.flops, self.bytes + o.bytes, self.open_loops + o.open_loops)
+        return Cost(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(o),
+                                            strict=True)))
 
     def times(self, n: int) -> Cost:
-        return Cost(self.flops * n, self.bytes * n, self.open_loops)
+        return Cost(self.flops * n, self.bytes * n, self.open_loops, self.loop_flops * n,
+                    self.loop_bytes * n)
+
+    def per_iteration(self) -> Cost:
+        """One iteration of the data-dependent loop(s) when there are any, else the whole.
+
+        The sampler's decode program is a ``while_loop`` of decode steps plus work done once
+        per call (restacking the per-layer KV cache): its step time is the loop body's.
+        """
+        if not self.open_loops:
+            return self
+        return Cost(self.loop_flops, self.loop_bytes, self.open_loops)
 
 
 def _dims(type_str: str) -> list[int]:
@@ -153,7 +170,7 @@ def hlo_cost(hlo_text: str) -> Cost:
                 known = re.search(r'"known_trip_count":\{"n":"(\d+)"', attrs)
                 n = int(known.group(1)) if known else _trip_count(comps, called["condition"])
                 body = cost(called["body"], False)
-                total += body.times(n) if n else body + Cost(open_loops=1)
+                total += body.times(n) if n else body + Cost(0, 0, 1, body.flops, body.bytes)
             elif op == "conditional" and "branch_computations=" in attrs:
                 branches = _names(attrs.split("branch_computations=")[1].split("}")[0])
                 total += max((cost(b, fused) for b in branches), key=lambda c: c.flops,
@@ -169,19 +186,48 @@ def hlo_cost(hlo_text: str) -> Cost:
     return cost(entry, False)
 
 
+def _valid_pairs(n_in: int, n_out: int, size: int, stride: int, lo: int, lhs_dil: int,
+                 rhs_dil: int) -> int:
+    """(output position, window position) pairs of one spatial dimension that read a real
+    input element (not padding, not a hole of the input dilation), as XLA's cost analysis."""
+    out = np.arange(n_out)[:, None] * stride
+    win = np.arange(size)[None, :] * rhs_dil
+    idx = out + win - lo
+    real = (idx >= 0) & (idx <= (n_in - 1) * lhs_dil) & (idx % lhs_dil == 0)
+    return int(real.sum())
+
+
+def _window(attrs: str, n: int) -> list[dict]:
+    """Per spatial dimension: size, stride, low padding and dilations of a convolution."""
+    spec = re.search(r"window=\{([^}]*)\}", attrs)
+    fields = dict(re.findall(r"(\w+)=(\S+)", spec.group(1))) if spec else {}
+    get = lambda k, d: [v for v in fields[k].split("x")] if k in fields else [d] * n
+    return [{"size": int(sz), "stride": int(st), "lo": int(p.split("_")[0]),
+             "lhs": int(ld), "rhs": int(rd)}
+            for sz, st, p, ld, rd in zip(get("size", "1"), get("stride", "1"), get("pad", "0_0"),
+                                         get("lhs_dilate", "1"), get("rhs_dilate", "1"),
+                                         strict=True)]
+
+
 def _matmul_flops(typ, op, operands, attrs, types) -> float:
-    out = math.prod(_dims(typ))
+    """2 x multiply-adds of a ``dot`` or ``convolution`` (TPU lowers matmuls to both)."""
+    out = _dims(typ)
     lhs, rhs = (_dims(types.get(o, "")) for o in operands[:2])
     if op == "dot":
         idx = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs)
         k = math.prod(lhs[int(i)] for i in idx.group(1).split(",") if i) if idx else 1
-        return 2.0 * out * k
-    labels = re.search(r"dim_labels=\w+_(\w+)->", attrs)
-    if not labels or len(labels.group(1)) != len(rhs):
+        return 2.0 * math.prod(out) * k
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", attrs)
+    if not labels or len(labels.group(2)) != len(rhs) or len(labels.group(3)) != len(out):
         return 0.0
-    k = math.prod(d for d, lab in zip(rhs, labels.group(1), strict=True) if lab != "o")
-    groups = re.search(r"feature_group_count=(\d+)", attrs)
-    return 2.0 * out * k / (int(groups.group(1)) if groups else 1)
+    lhs_l, rhs_l, out_l = labels.groups()
+    spatial = sorted(c for c in out_l if c.isdigit())
+    macs = math.prod(d for d, c in zip(out, out_l, strict=True) if not c.isdigit())
+    macs *= math.prod(d for d, c in zip(rhs, rhs_l, strict=True) if c == "i")
+    for w, c in zip(_window(attrs, len(spatial)), spatial, strict=True):
+        macs *= _valid_pairs(lhs[lhs_l.index(c)], out[out_l.index(c)], w["size"], w["stride"],
+                             w["lo"], w["lhs"], w["rhs"])
+    return 2.0 * macs
 
 
 def roofline_seconds(cost: Cost, device_kind: str) -> float:

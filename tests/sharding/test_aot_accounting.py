@@ -220,6 +220,8 @@ def test_hlo_cost_counts_each_loop_body_times_its_trip_count():
     # 3 iterations of the counted loop + 1 of the data-dependent one (flagged as open)
     assert cost.flops == 4 * one and cost.open_loops == 1
     assert cost.bytes == 4 * io
+    step = cost.per_iteration()  # the data-dependent loop's body alone (decode: one step)
+    assert (step.flops, step.bytes) == (one, io)
 
 
 def test_hlo_cost_of_compiled_scan_matches_xla_for_one_iteration_and_scales():
