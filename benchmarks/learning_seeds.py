@@ -67,9 +67,10 @@ def table(rows: list[dict], v: dict) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ok = v["per_seed"][r["seed"]]
+        missed = ", ".join(k for k, x in ok.items() if not x)
         lines.append(f"| {r['seed']} | {r['demonstrator']:.3f} | {r['rl_start']:.3f} | {r['final']:.3f} | "
                      f"{r['gain']:+.3f} | {r['margin']:+.3f} | {r['wall_seconds'] or 0:.0f} s | "
-                     f"{'met' if all(ok.values()) else 'MISSED: ' + ', '.join(k for k, x in ok.items() if not x)} |")
+                     f"{'MISSED: ' + missed if missed else 'met'} |")
     lines.append(f"\nmedian final {v['median_final']:.3f} (target >= {TARGETS['median']}); "
                  f"targets per seed: final >= {TARGETS['final']}, gain >= +{TARGETS['gain']}, "
                  f"margin >= +{TARGETS['margin']}; all met: {v['all_met']}")
