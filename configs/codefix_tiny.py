@@ -20,17 +20,30 @@ from configs import default
 
 def get_config():
     c = default.get_config()
-    c.model = dict(hf_path="workdir/tiny_qwen3", tool_format="hermes", param_dtype="float32",
-                   max_seq_len=4096, exact_tile=0)
-    c.task = dict(name="codefix", difficulty="default", latency="fixed", max_steps=6,
-                  eval_tasks=2, hack_tool=True)
-    c.codefix = dict(tasks=(), agents=("oracle", "no_op", "wrong_fix"), inject="", audit=True,
-                     max_obs_chars=8000)
+    c.model = dict(
+        hf_path="workdir/tiny_qwen3",
+        tool_format="hermes",
+        param_dtype="float32",
+        max_seq_len=4096,
+        exact_tile=0,
+    )
+    c.task = dict(
+        name="codefix", difficulty="default", latency="fixed", max_steps=6, eval_tasks=2, hack_tool=True
+    )
+    c.codefix = dict(
+        tasks=(), agents=("oracle", "no_op", "wrong_fix"), inject="", audit=True, max_obs_chars=8000
+    )
     c.caps = dict(max_tool_calls=6, max_action_tokens=512, max_obs_tokens=2048)
     c.warm_start = dict(episodes=256, steps=150, batch_size=8, learning_rate=3e-3)
     c.rl = dict(steps=6, group_size=4, batch_size=8, eval_every=3, temperature=1.0)
-    c.scheduler = dict(mode="windowed_fifo", window=8, num_slots=8, max_version_gap=2,
-                       gen_seconds_per_token=0.02, learner_step_time=2.0)
+    c.scheduler = dict(
+        mode="windowed_fifo",
+        window=8,
+        num_slots=8,
+        max_version_gap=2,
+        gen_seconds_per_token=0.02,
+        learner_step_time=2.0,
+    )
     c.checkpoint_every = 3
     c.log_every = 1
     return c

@@ -14,13 +14,26 @@ from configs import codefix_tiny
 
 def get_config():
     c = codefix_tiny.get_config()
-    c.model = dict(hf_path="/path/to/Qwen3-0.6B", tool_format="hermes", param_dtype="bfloat16",
-                   compute_dtype="bfloat16", head_dtype="float32", max_seq_len=8192, exact_tile=0)
+    c.model = dict(
+        hf_path="/path/to/Qwen3-0.6B",
+        tool_format="hermes",
+        param_dtype="bfloat16",
+        compute_dtype="bfloat16",
+        head_dtype="float32",
+        max_seq_len=8192,
+        exact_tile=0,
+    )
     c.caps = dict(max_tool_calls=16, max_action_tokens=2048, max_obs_tokens=4096)
     c.warm_start = dict(episodes=256, steps=100, batch_size=8, learning_rate=1e-5)
     c.rl = dict(steps=200, group_size=8, batch_size=32, eval_every=20, temperature=1.0)
-    c.scheduler = dict(mode="windowed_fifo", window=32, num_slots=32, max_version_gap=2,
-                       gen_seconds_per_token=0.02, learner_step_time=2.0)
+    c.scheduler = dict(
+        mode="windowed_fifo",
+        window=32,
+        num_slots=32,
+        max_version_gap=2,
+        gen_seconds_per_token=0.02,
+        learner_step_time=2.0,
+    )
     c.optim = dict(learning_rate=1e-6, warmup_steps=10, grad_clip=1.0, grad_accum=1)
     c.checkpoint_every = 20
     c.log_every = 5

@@ -26,11 +26,22 @@ from agentjax.policy import hf_tensors
 from agentjax.policy.config import ConfigError, ModelConfig
 from agentjax.policy.model import param_spec
 
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-                 "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe"}
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
 # ModelConfig fields a caller may set; everything else comes from config.json.
-OVERRIDABLE = ("max_seq_len", "compute_dtype", "head_dtype", "exact_tile", "layer_unroll",
-               "remat", "activation_rows")
+OVERRIDABLE = (
+    "max_seq_len",
+    "compute_dtype",
+    "head_dtype",
+    "exact_tile",
+    "layer_unroll",
+    "remat",
+    "activation_rows",
+)
 
 
 class HFImportError(ConfigError):
@@ -39,8 +50,7 @@ class HFImportError(ConfigError):
 
 def _require(cfg: Mapping, field: str, ok, allowed: str) -> None:
     if field in cfg and cfg[field] is not None and not ok(cfg[field]):
-        raise HFImportError(f"config.json: {field}={cfg[field]!r} is not supported; "
-                            f"supported: {allowed}")
+        raise HFImportError(f"config.json: {field}={cfg[field]!r} is not supported; supported: {allowed}")
 
 
 def _rope_theta(cfg: Mapping) -> float:
@@ -52,8 +62,10 @@ def _rope_theta(cfg: Mapping) -> float:
             continue
         kind = rp.get("rope_type", rp.get("type", "default"))
         if kind != "default":
-            raise HFImportError(f"config.json: {field}.rope_type={kind!r} is not supported; "
-                                f"supported: ['default'] (plain RoPE, no scaling)")
+            raise HFImportError(
+                f"config.json: {field}.rope_type={kind!r} is not supported; "
+                f"supported: ['default'] (plain RoPE, no scaling)"
+            )
         _require(rp, "partial_rotary_factor", lambda v: v == 1.0, "1.0")
         theta = rp.get("rope_theta", theta)
     _require(cfg, "partial_rotary_factor", lambda v: v == 1.0, "1.0")
@@ -65,8 +77,9 @@ def architecture(cfg: Mapping) -> str:
     archs = cfg.get("architectures") or []
     kinds = {ARCHITECTURES.get(a) for a in archs}
     if len(archs) != 1 or None in kinds:
-        raise HFImportError(f"config.json: architectures={archs!r} is not supported; "
-                            f"supported: {sorted(ARCHITECTURES)}")
+        raise HFImportError(
+            f"config.json: architectures={archs!r} is not supported; supported: {sorted(ARCHITECTURES)}"
+        )
     return kinds.pop()
 
 
@@ -75,13 +88,18 @@ def _moe_fields(cfg: Mapping) -> dict:
     _require(cfg, "mlp_only_layers", lambda v: not v, "[] (every layer a mixture of experts)")
     _require(cfg, "decoder_sparse_step", lambda v: v == 1, "1")
     if cfg.get("norm_topk_prob") is not True:
-        raise HFImportError("config.json: norm_topk_prob must be true (the model renormalises "
-                            "the chosen experts' gates); it is missing or false")
+        raise HFImportError(
+            "config.json: norm_topk_prob must be true (the model renormalises "
+            "the chosen experts' gates); it is missing or false"
+        )
     experts = cfg.get("num_experts", cfg.get("num_local_experts"))
     if not experts:
         raise HFImportError("config.json: required field 'num_experts' is missing")
-    return dict(n_experts=int(experts), n_experts_per_token=int(cfg["num_experts_per_tok"]),
-                d_ff=int(cfg["moe_intermediate_size"]))
+    return dict(
+        n_experts=int(experts),
+        n_experts_per_token=int(cfg["num_experts_per_tok"]),
+        d_ff=int(cfg["moe_intermediate_size"]),
+    )
 
 
 def config_from_hf(cfg: Mapping, *, dtype: str = "float32", **overrides) -> ModelConfig:
@@ -108,15 +126,22 @@ def config_from_hf(cfg: Mapping, *, dtype: str = "float32", **overrides) -> Mode
         heads = cfg["num_attention_heads"]
         moe = _moe_fields(cfg) if kind == "qwen3_moe" else {"d_ff": cfg["intermediate_size"]}
         return ModelConfig(
-            vocab_size=cfg["vocab_size"], d_model=cfg["hidden_size"],
-            n_layers=cfg["num_hidden_layers"], n_heads=heads,
+            vocab_size=cfg["vocab_size"],
+            d_model=cfg["hidden_size"],
+            n_layers=cfg["num_hidden_layers"],
+            n_heads=heads,
             n_kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
             max_seq_len=seq,
-            rope_theta=_rope_theta(cfg), norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=_rope_theta(cfg),
+            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=kind == "qwen2", qk_norm=kind in ("qwen3", "qwen3_moe"),
-            param_dtype=dtype, compute_dtype=compute, **moe, **overrides,
+            qkv_bias=kind == "qwen2",
+            qk_norm=kind in ("qwen3", "qwen3_moe"),
+            param_dtype=dtype,
+            compute_dtype=compute,
+            **moe,
+            **overrides,
         )
     except KeyError as e:
         raise HFImportError(f"config.json: required field {e.args[0]!r} is missing") from None
@@ -129,15 +154,24 @@ def config_from_hf(cfg: Mapping, *, dtype: str = "float32", **overrides) -> Mode
 def config_to_hf(config: ModelConfig, source: Mapping) -> dict:
     """``config.json`` for exported weights: the source checkpoint's, with our shapes and dtype."""
     out = dict(source)
-    out.update(vocab_size=config.vocab_size, hidden_size=config.d_model,
-               num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-               num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim,
-               tie_word_embeddings=config.tie_embeddings, rms_norm_eps=config.norm_eps,
-               dtype=config.param_dtype)
+    out.update(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads,
+        head_dim=config.head_dim,
+        tie_word_embeddings=config.tie_embeddings,
+        rms_norm_eps=config.norm_eps,
+        dtype=config.param_dtype,
+    )
     out.pop("torch_dtype", None)
     if config.is_moe:
-        out.update(num_experts=config.n_experts, num_experts_per_tok=config.n_experts_per_token,
-                   moe_intermediate_size=config.d_ff)
+        out.update(
+            num_experts=config.n_experts,
+            num_experts_per_tok=config.n_experts_per_token,
+            moe_intermediate_size=config.d_ff,
+        )
     else:
         out["intermediate_size"] = config.d_ff
     return out
@@ -159,8 +193,11 @@ def load_hf_config(path: str | os.PathLike, *, dtype: str = "float32", **overrid
         return config_from_hf(read_config_json(path), dtype=dtype, **overrides)
     except HFImportError as e:
         msg = str(e)
-        raise HFImportError(msg.replace("config.json:", f"{Path(path) / 'config.json'}:", 1)
-                            if msg.startswith("config.json:") else msg) from None
+        raise HFImportError(
+            msg.replace("config.json:", f"{Path(path) / 'config.json'}:", 1)
+            if msg.startswith("config.json:")
+            else msg
+        ) from None
 
 
 def tensor_names(config: ModelConfig, prefix: str = "model.") -> dict:
@@ -169,38 +206,51 @@ def tensor_names(config: ModelConfig, prefix: str = "model.") -> dict:
     spec = param_spec(config)
     n = range(config.n_layers)
     lay = lambda hf: [f"{prefix}layers.{i}.{hf}" for i in n]
-    experts = lambda hf: [[f"{prefix}layers.{i}.mlp.experts.{e}.{hf}" for e in range(config.n_experts)]
-                          for i in n]
+    experts = lambda hf: [
+        [f"{prefix}layers.{i}.mlp.experts.{e}.{hf}" for e in range(config.n_experts)] for i in n
+    ]
     table = {
         "attn_norm": (lay("input_layernorm.weight"), False),
         "mlp_norm": (lay("post_attention_layernorm.weight"), False),
-        "wq": (lay("self_attn.q_proj.weight"), True), "wk": (lay("self_attn.k_proj.weight"), True),
-        "wv": (lay("self_attn.v_proj.weight"), True), "wo": (lay("self_attn.o_proj.weight"), True),
-        "bq": (lay("self_attn.q_proj.bias"), False), "bk": (lay("self_attn.k_proj.bias"), False),
+        "wq": (lay("self_attn.q_proj.weight"), True),
+        "wk": (lay("self_attn.k_proj.weight"), True),
+        "wv": (lay("self_attn.v_proj.weight"), True),
+        "wo": (lay("self_attn.o_proj.weight"), True),
+        "bq": (lay("self_attn.q_proj.bias"), False),
+        "bk": (lay("self_attn.k_proj.bias"), False),
         "bv": (lay("self_attn.v_proj.bias"), False),
         "q_norm": (lay("self_attn.q_norm.weight"), False),
         "k_norm": (lay("self_attn.k_norm.weight"), False),
     }
     if config.is_moe:
-        table.update(router=(lay("mlp.gate.weight"), True),
-                     w_gate=(experts("gate_proj.weight"), True), w_up=(experts("up_proj.weight"), True),
-                     w_down=(experts("down_proj.weight"), True))
+        table.update(
+            router=(lay("mlp.gate.weight"), True),
+            w_gate=(experts("gate_proj.weight"), True),
+            w_up=(experts("up_proj.weight"), True),
+            w_down=(experts("down_proj.weight"), True),
+        )
     else:
-        table.update(w_gate=(lay("mlp.gate_proj.weight"), True), w_up=(lay("mlp.up_proj.weight"), True),
-                     w_down=(lay("mlp.down_proj.weight"), True))
+        table.update(
+            w_gate=(lay("mlp.gate_proj.weight"), True),
+            w_up=(lay("mlp.up_proj.weight"), True),
+            w_down=(lay("mlp.down_proj.weight"), True),
+        )
     unknown = sorted(set(spec) - {"embed", "layers", "final_norm", "lm_head"})
     if unknown:
         raise HFImportError(f"parameters {unknown} (value heads, critics) have no HF counterpart")
-    names = {"embed": (f"{prefix}embed_tokens.weight", False),
-             "layers": {k: table[k] for k in spec["layers"]},
-             "final_norm": (f"{prefix}norm.weight", False)}
+    names = {
+        "embed": (f"{prefix}embed_tokens.weight", False),
+        "layers": {k: table[k] for k in spec["layers"]},
+        "final_norm": (f"{prefix}norm.weight", False),
+    }
     if "lm_head" in spec:
         names["lm_head"] = ("lm_head.weight", True)
     return names
 
 
-def load_hf_checkpoint(path: str | os.PathLike, *, dtype: str = "float32", shardings=None,
-                       **overrides) -> tuple[ModelConfig, dict]:
+def load_hf_checkpoint(
+    path: str | os.PathLike, *, dtype: str = "float32", shardings=None, **overrides
+) -> tuple[ModelConfig, dict]:
     """Loads a local Llama / Qwen2 / Qwen3 / Qwen3-MoE ``*ForCausalLM`` directory.
 
     Args:
@@ -221,20 +271,23 @@ def load_hf_checkpoint(path: str | os.PathLike, *, dtype: str = "float32", shard
     names = tensor_names(config, prefix)
     spec = param_spec(config)
     leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], bool)
-    pairs = jax.tree.map(lambda src, sp: (src, sp[0]), names, {k: spec[k] for k in names},
-                         is_leaf=leaf)
+    pairs = jax.tree.map(lambda src, sp: (src, sp[0]), names, {k: spec[k] for k in names}, is_leaf=leaf)
     pair_leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and leaf(x[0])
     used: set[str] = set()
     jax.tree.map(lambda p: used.update(files.check(*p[0], p[1])), pairs, is_leaf=pair_leaf)
     ignorable = {"lm_head.weight"} if config.tie_embeddings else set()
-    extra = sorted(n for n in files.names - used - ignorable
-                   if not n.endswith("rotary_emb.inv_freq"))  # a buffer old checkpoints saved
+    extra = sorted(
+        n for n in files.names - used - ignorable if not n.endswith("rotary_emb.inv_freq")
+    )  # a buffer old checkpoints saved
     if extra:
-        raise HFImportError(f"{path}: tensors {extra[:5]} ({len(extra)} in all) have no place in "
-                            f"the agentjax model; the checkpoint uses features it does not support")
+        raise HFImportError(
+            f"{path}: tensors {extra[:5]} ({len(extra)} in all) have no place in "
+            f"the agentjax model; the checkpoint uses features it does not support"
+        )
     if shardings is None:
         one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         shardings = jax.tree.map(lambda _: one, pairs, is_leaf=pair_leaf)
-    params = jax.tree.map(lambda p, s: files.array(*p[0], p[1], s, config.pdtype), pairs, shardings,
-                          is_leaf=pair_leaf)
+    params = jax.tree.map(
+        lambda p, s: files.array(*p[0], p[1], s, config.pdtype), pairs, shardings, is_leaf=pair_leaf
+    )
     return config, params

@@ -41,6 +41,7 @@ def test_random_hf_policy_replies_are_agent_errors_with_the_parse_error(tiny_hf_
         assert t.final_reward == 0.0 and "tool_call" in t.reward_evidence["tool_call_error"]
         assert len(t.turns) == 1 and t.turns[0].action.size == 6
         # the prompt is the template's rendering: system with the tools, user turn, generation prompt
-        assert tok.decode(t.turns[0].context.tolist()).endswith("task 0<|im_end|>\n<|im_start|>assistant\n") \
-            or tok.decode(t.turns[0].context.tolist()).endswith("task 1<|im_end|>\n<|im_start|>assistant\n")
+        assert tok.decode(t.turns[0].context.tolist()).endswith(
+            "task 0<|im_end|>\n<|im_start|>assistant\n"
+        ) or tok.decode(t.turns[0].context.tolist()).endswith("task 1<|im_end|>\n<|im_start|>assistant\n")
     assert np.all([t.num_action_tokens == 6 for t in trajs])
