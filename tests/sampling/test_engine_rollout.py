@@ -62,3 +62,25 @@ def test_engine_rollout_equals_rollout_with_real_env_latency_and_evictions(param
     assert m["evictions"] > 0 and any(turn.recomputed for t in got for turn in t.turns)
     assert 0 < m["slot_occupancy"] <= 1 and m["tokens"] == sum(t.num_action_tokens for t in got)
     assert ps["steps"] == sum(len(t.rewards) for t in got) and ps["utilisation"] > 0
+
+
+@pytest.mark.slow
+def test_rewritten_context_on_a_process_pool_equals_rollout(params):
+    """A context policy that rewrites each turn's input re-prefills the slot; environments
+    stepped in other processes carry their state home between steps (else later observations
+    would differ). Trajectories equal Rollout's, and their log-probs equal rescoring."""
+    from agentjax.sampling.context import drop_oldest_observations
+    from tests.sampling.test_rollout import _rescore_rows
+
+    ctx = drop_oldest_observations(0)
+    ref = Rollout(SAMPLER, Codec(TOK), CAPS, _specs(4), context=ctx)
+    ref.start(params, 0)
+    want = sorted(ref.advance(params, 0, jax.random.key(3)), key=lambda t: t.task_id)
+    r = EngineRollout(Engine(SAMPLER, slots=2, chunk=2), Codec(TOK), CAPS, _specs(4), context=ctx)
+    with EnvPool(2, "process") as pool:
+        got = r.run(params, 0, jax.random.key(3), pool)
+    assert any(len(t.turns) > 1 and not t.is_keep_all() for t in got)
+    for a, b in zip(got, want, strict=True):
+        _same(a, b)
+    rescored, recorded = _rescore_rows(params, got)
+    np.testing.assert_array_equal(rescored, recorded)
