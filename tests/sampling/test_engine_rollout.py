@@ -84,3 +84,24 @@ def test_rewritten_context_on_a_process_pool_equals_rollout(params):
         _same(a, b)
     rescored, recorded = _rescore_rows(params, got)
     np.testing.assert_array_equal(rescored, recorded)
+
+
+@pytest.mark.slow
+def test_moe_routes_recorded_per_slot_equal_rollout():
+    """MoE: the experts chosen at every position are recorded per slot, as Rollout records them."""
+    from agentjax.testing.models import tiny_moe
+
+    cfg = tiny_moe(vocab_size=TOK.vocab_size, max_seq_len=96, exact_tile=8)
+    p = init_params(cfg, jax.random.key(1))
+    sampler = Sampler(cfg, stop_tokens=(TOK.eos_id,))
+    ref = Rollout(sampler, Codec(TOK), CAPS, _specs(3))
+    ref.start(p, 0)
+    want = sorted(ref.advance(p, 0, jax.random.key(4)), key=lambda t: t.task_id)
+    r = EngineRollout(Engine(sampler, slots=2, chunk=4), Codec(TOK), CAPS, _specs(3))
+    with EnvPool(2) as pool:
+        got = r.run(p, 0, jax.random.key(4), pool)
+    for a, b in zip(got, want, strict=True):
+        _same(a, b)
+        for x, y in zip(a.turns, b.turns, strict=True):
+            assert x.routes is not None and x.routes.shape[0] == x.context.size + x.action.size
+            np.testing.assert_array_equal(x.routes, y.routes)
