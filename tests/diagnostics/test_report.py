@@ -140,8 +140,10 @@ def test_no_eval_no_delta_stats_and_a_torn_line(tmp_path):
 
 
 def test_without_matplotlib_the_tables_remain(tmp_path, monkeypatch):
-    monkeypatch.setattr(report, "Figure", None)
-    monkeypatch.setattr(report, "MaxNLocator", None)
+    from agentjax.report import common
+
+    monkeypatch.setattr(common, "Figure", None)
+    monkeypatch.setattr(common, "MaxNLocator", None)
     path = report.write_report(_full(tmp_path))
     md = open(path).read()
     assert md.count("not drawn: matplotlib is not installed") == 7

@@ -1,128 +1,23 @@
-"""The run report: ``report/report.md`` plus matplotlib PNGs from a workdir's outputs.
-
-Reads ``metrics.jsonl`` (header row, training rows, held-out eval rows) and ``summary.json``
-(scheduler summary, weight sync, cost ledger) written by ``agentjax.system.train`` and draws
-the eight problems' diagnostics: reward and held-out success, verdict labels over time, the
-version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
-in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,
-admitted share per task class and the cost ledger
-``C = generation + environment + verification + training + retry/waste``. Every section works
-on whatever is present and says what is missing instead of failing (a run still in progress has
-no ``summary.json``; a run before its first step has no training rows).
-"""
+"""The report's sections: each returns its markdown lines and draws its PNGs (if matplotlib is there)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from typing import Any
 
-try:
-    from matplotlib.figure import Figure  # no pyplot: no global backend state, no display
-    from matplotlib.ticker import MaxNLocator
-except ImportError:  # the tables still come out, with a note in place of each plot
-    Figure = MaxNLocator = None
-
-GROUPS = ("pass", "fail", "hack", "agent", "infra", "other")
-COLORS = {"pass": "tab:green", "fail": "tab:red", "hack": "tab:purple", "agent": "tab:orange",
-          "infra": "tab:gray", "other": "tab:brown"}
-TARGETS = {"success": 0.70, "gain_over_rl_start": 0.25, "margin_over_demonstrator": 0.20}
-
-
-def label_group(label: str) -> str:
-    """Verdict label -> pass / fail / hack / agent (timeout, OOM, CPU, error) / infra / other."""
-    label = str(label).lower()
-    if label in ("pass", "fail"):
-        return label
-    if "hack" in label:
-        return "hack"
-    return "agent" if label.startswith("agent") else "infra" if label.startswith("infra") else "other"
-
-
-def load(workdir: str) -> dict[str, Any]:
-    """Header, training rows, eval rows, summary and notes on anything missing or unreadable."""
-    run: dict[str, Any] = {"header": {}, "train": [], "evals": [], "summary": {}, "notes": []}
-    path = os.path.join(workdir, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            lines = f.readlines()
-        for i, line in enumerate(lines):
-            try:
-                row = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                run["notes"].append(f"metrics.jsonl line {i + 1} is not JSON (skipped: interrupted write?)")
-                continue
-            if row is None:
-                continue
-            run["header"] = row.get("header", run["header"])
-            if "eval/success" in row:
-                run["evals"].append(row)
-            if "loss/total" in row:
-                run["train"].append(row)
-    else:
-        run["notes"].append("no metrics.jsonl in the workdir")
-    spath = os.path.join(workdir, "summary.json")
-    if os.path.exists(spath):
-        with open(spath) as f:
-            run["summary"] = json.load(f)
-        run["header"] = run["summary"].get("header") or run["header"]
-    else:
-        run["notes"].append("no summary.json (run still in progress or interrupted): scheduler, "
-                            "class-share and cost sections are partial")
-    return run
-
-
-def _f(x, nd: int = 3) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def _series(rows: list[dict], key: str) -> tuple[list, list]:
-    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-class _NoPlot:
-    """Stands in for a figure, its axes and every call on them when matplotlib is missing."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        return self
-
-    def __getitem__(self, i):
-        return self
-
-    def __iter__(self):
-        return iter((self, self))
-
-
-def _figure(width: float, height: float = 3.4):
-    return Figure(figsize=(width, height)) if Figure is not None else _NoPlot()
-
-
-def _save(fig, out: str, name: str, left: float = 0.07) -> str:
-    if isinstance(fig, _NoPlot):
-        return f"_({name} not drawn: matplotlib is not installed)_"
-    # Fixed margins: tight_layout draws every figure twice.
-    fig.subplots_adjust(left=left, right=0.98, bottom=0.14, top=0.9, wspace=0.22)
-    fig.savefig(os.path.join(out, name), dpi=90)
-    return f"![{name[:-4]}]({name})"
-
-
-def _steps(ax, **kw) -> None:
-    ax.set(xlabel="step", **kw)
-    if MaxNLocator is not None:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _ledger(summary: dict) -> dict | None:
-    return summary.get("cost_ledger") or summary.get("scheduler", {}).get("cost_ledger")
+from agentjax.report.common import (
+    COLORS,
+    GROUPS,
+    TARGETS,
+    _f,
+    _figure,
+    _ledger,
+    _pct,
+    _save,
+    _series,
+    _steps,
+    label_group,
+)
 
 
 def headline(run: dict) -> list[str]:
@@ -414,19 +309,3 @@ def cost(run: dict, out: str) -> list[str]:
                      f"{_f(pool.get('predicted_in_flight'), 2)}, "
                      f"measured {_f(pool.get('measured_in_flight'), 2)}.")
     return lines
-
-
-def write_report(workdir: str) -> str:
-    """Writes ``<workdir>/report/report.md`` and its PNGs; returns the markdown's path."""
-    out = os.path.join(workdir, "report")
-    os.makedirs(out, exist_ok=True)
-    run = load(workdir)
-    body = [headline(run), curves(run, out), labels(run, out), staleness(run, out),
-            delta(run, out, workdir), masked(run, out), classes(run, out), cost(run, out)]
-    notes = [f"> note: {n}" for n in run["notes"]]
-    text = "\n".join([f"# agentjax run report: `{os.path.abspath(workdir)}`", "", *notes, ""]
-                     + ["\n".join(s) + "\n" for s in body])
-    path = os.path.join(out, "report.md")
-    with open(path, "w") as f:
-        f.write(text)
-    return path

@@ -1,0 +1,37 @@
+"""The run report: ``report/report.md`` plus matplotlib PNGs from a workdir's outputs.
+
+Reads ``metrics.jsonl`` (header row, training rows, held-out eval rows) and ``summary.json``
+(scheduler summary, weight sync, cost ledger) written by ``agentjax.system.train`` and draws
+the eight problems' diagnostics: reward and held-out success, verdict labels over time, the
+version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
+in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,
+admitted share per task class and the cost ledger
+``C = generation + environment + verification + training + retry/waste``. Every section works
+on whatever is present and says what is missing instead of failing (a run still in progress has
+no ``summary.json``; a run before its first step has no training rows).
+"""
+
+from __future__ import annotations
+
+import os
+
+from agentjax.report.common import TARGETS, label_group, load
+from agentjax.report.sections import classes, cost, curves, delta, headline, labels, masked, staleness
+
+__all__ = ["TARGETS", "label_group", "load", "write_report"]
+
+
+def write_report(workdir: str) -> str:
+    """Writes ``<workdir>/report/report.md`` and its PNGs; returns the markdown's path."""
+    out = os.path.join(workdir, "report")
+    os.makedirs(out, exist_ok=True)
+    run = load(workdir)
+    body = [headline(run), curves(run, out), labels(run, out), staleness(run, out),
+            delta(run, out, workdir), masked(run, out), classes(run, out), cost(run, out)]
+    notes = [f"> note: {n}" for n in run["notes"]]
+    text = "\n".join([f"# agentjax run report: `{os.path.abspath(workdir)}`", "", *notes, ""]
+                     + ["\n".join(s) + "\n" for s in body])
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
