@@ -40,6 +40,9 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "scheduler.max_version_gap": (0, None, True),
     "scheduler.gen_seconds_per_token": (0, None, True),
     "scheduler.learner_step_time": (0, None, True),
+    "scheduler.engine_slots": (0, None, True),  # 0: lock-step Rollout
+    "scheduler.engine_chunk": (1, None, True),
+    "scheduler.env_workers": (1, None, True),
     "placement.sync_every": (1, None, True),
     "context.arg": (0, None, True),
     "optim.warmup_steps": (0, None, True),

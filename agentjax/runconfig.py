@@ -61,6 +61,10 @@ class SchedulerSection:
     max_version_gap: int = 2
     gen_seconds_per_token: float = 0.02
     learner_step_time: float = 2.0
+    engine_slots: int = 0  # > 0: sample on the slot engine (EngineRollout) with this many slots
+    engine_chunk: int = 8  # decode tokens per slot-engine generate call
+    env_workers: int = 8  # slot engine: environment pool size
+    env_pool: str = "thread"  # slot engine: "thread" or "process" workers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +214,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
     _choice("task.latency", t.latency, ["fixed", "long_tailed"])
     _choice("scheduler.mode", s.mode, MODES)
+    _choice("scheduler.env_pool", s.env_pool, ["thread", "process"])
     _choice("placement.kind", parts["placement"].kind, ["colocated", "disaggregated"])
     if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):
         raise ConfigError(f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "

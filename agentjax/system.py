@@ -41,6 +41,8 @@ from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import abstract_params, init_params
 from agentjax.sampling import snapshot
 from agentjax.sampling.context import make_context_policy
+from agentjax.sampling.engine import Engine
+from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.precision import sampler_model, to_sampler
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.sampler import Sampler
@@ -351,6 +353,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
                            rng=jax.random.key(run.seed + 1),
                            gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
                            context=make_context_policy(run.context.policy, run.context.arg))
+    if run.scheduler.engine_slots:  # the slot engine; same trajectories as Rollout in exact mode
+        worker.engine = Engine(r.sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
+        worker.pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
     r.worker = worker
     last_eval = None
     if resume:
@@ -424,6 +429,10 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
             durable.prune_snapshots(ckdir, ckpt.all_steps(ckdir))  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
+    if worker.pool is not None:  # the slot engine's environment pool, measured on real events
+        summary["engine"] = {"slots": worker.engine.slots, "chunk": worker.engine.chunk,
+                             "env_pool": worker.pool.stats()}
+        worker.pool.close()
     _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
     return summary
 

@@ -22,7 +22,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.warm_start = dict(episodes=2000, steps=600, batch_size=64, learning_rate=3e-3)
     c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
     c.scheduler = dict(mode="windowed_fifo", window=64, num_slots=128, max_version_gap=2,
-                       gen_seconds_per_token=0.02, learner_step_time=2.0)
+                       gen_seconds_per_token=0.02, learner_step_time=2.0,
+                       # engine_slots > 0: sample on the slot engine (EngineRollout) with an
+                       # env pool instead of lock-step Rollout; same trajectories in exact mode
+                       engine_slots=0, engine_chunk=8, env_workers=8, env_pool="thread")
     c.placement = dict(kind="colocated", learner_mesh=dict(data=1, fsdp=1, tensor=1),
                        sampler_mesh=dict(data=0, fsdp=0, tensor=0), sync_every=1)
     # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than

@@ -302,3 +302,19 @@ def test_torn_metrics_line_is_repaired_and_the_previous_step_resumes_exactly(ref
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     summary = json.load(open(os.path.join(wd, "summary.json")))
     assert summary["final_eval"]["eval/n"] == 16
+
+
+@pytest.mark.slow
+def test_slot_engine_trains_exactly_like_lock_step_rollout(reference, tmp_path):
+    """scheduler.engine_slots=8: episodes run on the slot engine with environments on a thread
+    pool; in exact mode the run's metrics and final parameters equal the lock-step run's."""
+    wd = str(tmp_path / "engine")
+    out = subprocess.run(_cmd(wd, "--config.scheduler.engine_slots=8",
+                              "--config.scheduler.engine_chunk=4", "--config.scheduler.env_workers=4"),
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert _metrics(wd) == _metrics(reference[0])
+    pool = json.load(open(os.path.join(wd, "summary.json")))["engine"]["env_pool"]
+    assert pool["steps"] > 0 and pool["utilisation"] > 0  # the engine's pool stepped the envs
+    for x, y in zip(jax_leaves(_final_params(wd)), jax_leaves(_final_params(reference[0])), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -23,6 +23,9 @@ import jax
 
 from agentjax.policy.codec import Codec
 from agentjax.sampling.clock import Failure, SimulatedExecutor
+from agentjax.sampling.engine import Engine
+from agentjax.sampling.engine_rollout import EngineRollout
+from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.queue import RoundResult, WorkItem
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
@@ -41,6 +44,8 @@ class SamplerWorker:
     gen_seconds_per_token: float = 0.01
     context: Any = None
     params: dict = dataclasses.field(default_factory=dict)
+    engine: Engine | None = None  # set: episodes run on the slot engine, envs on ``pool``
+    pool: EnvPool | None = None
 
     def publish(self, version: int, params, keep_from: int | None = None,
                 behaviour_version: int | None = None) -> None:
@@ -68,10 +73,15 @@ class SamplerWorker:
             specs = [EpisodeSpec(self.make_env(), items[i].task.task, items[i].task.seed,
                                  items[i].task.task_id, items[i].task.task_class) for i in idx]
             kw = {} if self.context is None else {"context": self.context}
-            ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)), **kw)
             params, behaviour = self.params[version]
-            ro.start(params, behaviour)
-            ro.advance(params, behaviour, self.rng)
+            if self.engine is not None:
+                ro = EngineRollout(self.engine, self.codec, self.caps, specs, **kw)
+                ro.run(params, behaviour, self.rng, self.pool)
+            else:
+                ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)),
+                             **kw)
+                ro.start(params, behaviour)
+                ro.advance(params, behaviour, self.rng)
             for i, row in zip(idx, ro.rows, strict=True):
                 t = row.result
                 gen = t.num_action_tokens * self.gen_seconds_per_token
