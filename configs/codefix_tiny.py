@@ -24,7 +24,7 @@ def get_config():
         hf_path="workdir/tiny_qwen3",
         tool_format="hermes",
         param_dtype="float32",
-        max_seq_len=4096,
+        max_seq_len=3072,
         exact_tile=0,
     )
     c.task = dict(
@@ -36,6 +36,9 @@ def get_config():
     c.caps = dict(max_tool_calls=6, max_action_tokens=512, max_obs_tokens=2048)
     c.warm_start = dict(episodes=256, steps=150, batch_size=8, learning_rate=3e-3)
     c.rl = dict(steps=6, group_size=4, batch_size=8, eval_every=3, temperature=1.0)
+    # 2-row micro-batches: the learner's attention over 3072 tokens stays ~0.3 GB per copy (a 4096
+    # run with 8-row batches was OOM-killed at 15 GB on a 23 GB machine).
+    c.optim = dict(c.optim, grad_accum=4)
     c.scheduler = dict(
         mode="windowed_fifo",
         window=8,
