@@ -430,8 +430,7 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
-        summary["engine"] = {"slots": worker.engine.slots, "chunk": worker.engine.chunk,
-                             "env_pool": worker.pool.stats()}
+        summary["engine"] = worker.engine_report()
         worker.pool.close()
     _atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
     return summary

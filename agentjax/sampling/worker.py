@@ -46,6 +46,19 @@ class SamplerWorker:
     params: dict = dataclasses.field(default_factory=dict)
     engine: Engine | None = None  # set: episodes run on the slot engine, envs on ``pool``
     pool: EnvPool | None = None
+    engine_totals: dict = dataclasses.field(default_factory=dict)  # EngineRollout.metrics, summed
+
+    def engine_report(self) -> dict:
+        """The slot engine's totals over every round: tokens, chunks, slot occupancy, evictions,
+        wall seconds and throughput, and the environment pool's measured statistics."""
+        t = self.engine_totals
+        slot_chunks = max(t.get("chunks", 0.0) * self.engine.slots, 1.0)
+        wall = max(t.get("wall_s", 0.0), 1e-9)
+        return {"slots": self.engine.slots, "chunk": self.engine.chunk, **t,
+                "slot_occupancy": t.get("active_slot_chunks", 0.0) / slot_chunks,
+                "slot_held_waiting": t.get("held_slot_chunks", 0.0) / slot_chunks,
+                "tokens_per_s": t.get("tokens", 0.0) / wall,
+                "env_pool": self.pool.stats()}
 
     def publish(self, version: int, params, keep_from: int | None = None,
                 behaviour_version: int | None = None) -> None:
@@ -77,6 +90,10 @@ class SamplerWorker:
             if self.engine is not None:
                 ro = EngineRollout(self.engine, self.codec, self.caps, specs, **kw)
                 ro.run(params, behaviour, self.rng, self.pool)
+                for k, v in ro.metrics.items():
+                    if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s",
+                                 "trajectories_per_s"):
+                        self.engine_totals[k] = self.engine_totals.get(k, 0.0) + v
             else:
                 ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)),
                              **kw)
