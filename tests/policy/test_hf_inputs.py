@@ -174,6 +174,7 @@ def test_hf_configs_parse_and_name_a_missing_directory(tiny_hf_dir):
 
     for mod in (codefix_tiny, qwen3_codefix):
         c = mod.get_config()
+        c.model.hf_path = str(tiny_hf_dir) + "_missing"
         with pytest.raises(ConfigError, match=r"model.hf_path='.*' is not a directory"):
             runconfig.parse(c)
         c.model.hf_path = str(tiny_hf_dir)
