@@ -1,17 +1,12 @@
 """launch.bench: lists the benchmark scripts and runs one with its arguments passed through."""
 
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+from tests.runs import run_module
 
 
 def _bench(*args):
-    return subprocess.run([sys.executable, "-m", "launch.bench", *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=120)
+    return run_module("launch.bench", *args, timeout=120)
 
 
 def test_list_names_every_benchmark_with_its_description():

@@ -7,41 +7,35 @@ training run it evaluates (in-process, its absl flags would clash with other lau
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-       "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache")}
-ENV.pop("XLA_FLAGS", None)  # one CPU device, as launch.train runs by default
+from tests.runs import read_metrics, run_module, tail
+
 SHORT = ["--config=configs/smoke.py", "--config.report=False", "--config.rl.steps=4",
          "--config.rl.eval_every=2", "--config.checkpoint_every=2", "--config.warm_start.steps=4"]
 
 
 def _run(module, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_module(module, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     wd = str(tmp_path_factory.mktemp("run"))
     out = _run("launch.train", *SHORT, f"--workdir={wd}")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     return wd
 
 
 def _eval(*args):
     out = _run("launch.eval", *args)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     return out.stdout
 
 
 def _eval_rows(wd):
-    rows = [json.loads(ln) for ln in open(os.path.join(wd, "metrics.jsonl")) if ln.strip()]
-    return {r["step"]: r for r in rows if "eval/success" in r}
+    return {r["step"]: r for r in read_metrics(wd) if "eval/success" in r}
 
 
 def test_checkpoint_eval_is_deterministic_and_equals_the_runs_own_eval(trained, tmp_path):
