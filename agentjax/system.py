@@ -494,6 +494,8 @@ def summarise_run(r: _Run, runlog, header: dict, last_eval) -> dict:
                            runlog.elapsed)
     return {"header": header, "final_eval": last_eval, "scheduler": _jsonable(s),
             "cost_ledger": _jsonable(ledger), "cost_ledger_virtual": _jsonable(virtual),
+            # infra faults the retry policy sent back (resubmitted or queued to be)
+            "retries": sum(len(getattr(r.scheduler, k, ())) for k in ("retry_of", "retry_queue")),
             "env_pool": _jsonable(pool),
             "params_sha256": multihost.checksum(r.state.params), "process_count": jax.process_count(),
             "weight_sync": dataclasses.asdict(r.sync), "wall_seconds": time.perf_counter() - r.wall0}

@@ -317,6 +317,8 @@ class Rollout:
         if verdict is not None:
             final, label = verdict.trained_reward, verdict.label.value
             evidence = {**verdict.evidence, "tests_run": verdict.tests_run}
+            if "rubric" in r.final.evidence:  # the rubric's scores, beside the verdict (never in it)
+                evidence["rubric"] = r.final.evidence["rubric"]
             fp, vv = verdict.env_fingerprint, verdict.verifier_version
         elif r.env_error is not None:  # the environment broke: masked, never a silent zero
             final, label, evidence, fp, vv = None, "infra_fault", {"env_error": r.env_error}, "", ""

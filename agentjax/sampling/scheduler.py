@@ -124,7 +124,7 @@ class Scheduler:
 
     def _submit_new(self) -> int | None:
         origin = None
-        if getattr(self, "retry_queue", None):
+        if self.retry_queue:
             origin, task = self.retry_queue.pop(0)
         else:
             task = next(self.tasks, None)
@@ -204,7 +204,7 @@ class Scheduler:
         rec, traj = self.records[index], self.traj[index]
         if traj.final_reward is None:  # infra fault: masked, never a silent zero
             self._event(Kind.MASK)
-            if getattr(self, "retry", None) is not None:
+            if self.retry is not None:
                 origin = self.retry_of.get(index, index)
                 st, again = self.retry(self.retry_states.get(origin), self.task[index], traj)
                 self.retry_states[origin] = st
@@ -431,6 +431,8 @@ class Scheduler:
         obj.batches = [[c._replace(trajectory=have.get(c.index)) for c in b] for b in obj.batches]
         obj.tasks, obj.worker, obj.learner = iter(tasks), worker, learner
         obj.admission, obj.drift_fn, obj.retry = admission, drift_fn, retry
+        for k, v in (("retry_queue", []), ("retry_of", {}), ("retry_states", {})):  # older snapshots
+            obj.__dict__.setdefault(k, v)
         if skip_drawn:
             for _ in range(len(obj.records)):
                 next(obj.tasks)

@@ -1,0 +1,147 @@
+"""Loop-level tests of the issue-#16 features: each trains a smoke-sized run from a config in
+configs/ and checks the feature's effect in the run's metrics, so each fails when the feature is
+broken. Sizes are those of configs/smoke.py; runs share compiled steps through the cache."""
+
+import collections
+import importlib
+import json
+import os
+
+import pytest
+
+from agentjax import system
+from agentjax.learner.journal import Journal
+
+
+def _config(name, steps=2, **overrides):
+    c = importlib.import_module(f"configs.{name}").get_config()
+    c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
+                   d_ff=32 if c.model.get("n_experts", 0) else 64)
+    c.task.eval_tasks = 8
+    c.warm_start.update(episodes=64, steps=2, batch_size=16)
+    c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
+    c.scheduler.update(num_slots=32, window=16)
+    c.checkpoint_every, c.log_every, c.report = 0, 1, False
+    for path, v in overrides.items():
+        *sections, field = path.split("__")
+        d = c
+        for s in sections:
+            d = d[s]
+        d[field] = v
+    return c
+
+
+def _train(cfg, workdir):
+    summary = system.train(cfg, str(workdir), log=lambda s: None)
+    rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
+    return summary, [r for r in rows if "loss/total" in r]
+
+
+@pytest.mark.slow
+def test_bf16_sampler_icepop_masks_mismatch_and_an_exact_sampler_masks_nothing(tmp_path):
+    band = dict(loss__icepop_low=0.9995, loss__icepop_high=1.0005)  # tight: tiny-model bf16 deltas ~1e-3
+    _, rows = _train(_config("bf16_sampler_icepop", **band), tmp_path / "bf16")
+    assert all(r["masked/filter_icepop"] > 0 for r in rows), [r["masked/filter_icepop"] for r in rows]
+    assert all(r["mismatch/max_abs_delta"] > 0 for r in rows)
+    # control: the default exact f32 sampler with the same filter on the mismatch ratio
+    _, exact = _train(_config("default", loss__filter_ratio="mismatch", **band), tmp_path / "exact")
+    assert all(r["masked/filter_icepop"] == 0.0 and r["ratio/mismatch"] == 1.0 for r in exact)
+    assert all(r["mismatch/max_abs_delta"] == 0.0 for r in exact)
+
+
+@pytest.mark.slow
+def test_offpolicy_hispo_separates_staleness_from_mismatch(tmp_path):
+    # a shared critic's value loss moves the policy even while every verdict reward is 0
+    critic = dict(model__value_head="shared", loss__advantage="gae", loss__value_coef=0.5)
+    cfg = _config("offpolicy_hispo", steps=3, admission__downweight_from_gap=0, **critic)
+    _, rows = _train(cfg, tmp_path)
+    assert all(abs(r["ratio/mismatch"] - 1) > 1e-6 for r in rows)  # bf16 sampler, every step
+    stale = [r for r in rows if r["version_gap_max"] > 0]
+    assert stale and all(abs(r["ratio/staleness"] - 1) > 1e-7 for r in stale)
+    assert all(r["weights_mean"] < 1.0 for r in stale)  # admission: stale samples down-weighted
+    fresh = [r for r in rows if r["version_gap_max"] == 0]
+    assert all(abs(r["ratio/staleness"] - 1) < 1e-6 for r in fresh)
+    assert all("loss/masked/token_staleness" in r and "loss/masked/token_mismatch" in r for r in rows)
+
+
+@pytest.mark.slow
+def test_moe_bf16_sampler_routing_mismatch_is_zero_with_replay_and_not_without(tmp_path):
+    _, replay = _train(_config("moe_r3"), tmp_path / "r3")
+    assert all(r["routing/mismatch"] == 0.0 for r in replay)
+    _, free = _train(_config("moe_r3", sampler__replay_routes=False), tmp_path / "free")
+    assert max(r["routing/mismatch"] for r in free) > 0.0
+
+
+@pytest.mark.slow
+def test_decoupled_ppo_minibatches_move_the_update_ratio(tmp_path):
+    critic = dict(model__value_head="shared", loss__advantage="gae", loss__value_coef=0.5)
+    _, rows = _train(_config("decoupled_ppo", optim__minibatches=4, **critic), tmp_path)
+    assert all(abs(r["loss/ratio/update_mean"] - 1) > 1e-7 for r in rows)  # later minibatches moved
+    assert all(r["skipped_nonfinite"] == 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_advantage_estimators_differ_on_the_same_first_batch(tmp_path, monkeypatch):
+    seen = {}
+    make_batch = system.make_batch
+
+    def spy(trajs, *a, **k):
+        arrays, bm = make_batch(trajs, *a, **k)
+        seen.setdefault(k["advantage"], (list(k["rewards"]), arrays["advantages"].copy()))
+        return arrays, bm
+
+    monkeypatch.setattr(system, "make_batch", spy)
+    # a smoke policy fails every task (all verdict rewards 0, no group has a signal): give the
+    # batch rewards that vary within groups, a function of each trajectory's own tokens
+    monkeypatch.setattr(system.loopparts, "batch_rewards",
+                        lambda run, trajs: [float(t.num_action_tokens % 3) for t in trajs])
+    for est in ("group_std", "dr_grpo", "rloo"):
+        _train(_config("default", steps=1, loss__advantage=est), tmp_path / est)
+    rewards = {k: v[0] for k, v in seen.items()}
+    assert rewards["group_std"] == rewards["dr_grpo"] == rewards["rloo"]  # the same batch
+    assert len(set(rewards["group_std"])) > 1, "the batch needs reward variance"
+    std, dr, rloo = (seen[k][1] for k in ("group_std", "dr_grpo", "rloo"))
+    assert (std != dr).any() and (dr != rloo).any() and (std != rloo).any()
+
+
+@pytest.mark.slow
+def test_rubric_in_the_reward_changes_the_rewards_and_evidence_mode_does_not(tmp_path):
+    _, ev = _train(_config("default", steps=1), tmp_path / "ev")
+    _, rw = _train(_config("default", steps=1, rubric__mode="reward", rubric__weight=0.5), tmp_path / "rw")
+    assert ev[0]["batch/reward_mean"] == 0.0  # the tiny policy never passes: verdict rewards are 0
+    assert rw[0]["batch/reward_mean"] > 0.0  # ... but its partial rubric credit is in the reward
+
+
+@pytest.mark.slow
+def test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed(tmp_path):
+    summary, rows = _train(_config("default", steps=3, faults__rates={"env_crash": 0.2}), tmp_path)
+    trajs = Journal(tmp_path / "journal.bin").read()
+    infra = [t for t in trajs if t.label == "infra_fault"]
+    assert len(trajs) >= 40, collections.Counter(t.label for t in trajs)
+    share = len(infra) / len(trajs)
+    assert 0.1 <= share <= 0.3, share  # 20% injected per episode (binomial, n >= 40)
+    assert all(t.final_reward is None for t in infra)  # masked, never a zero reward
+    assert 0 < summary["scheduler"]["terminal"]["masked"] <= len(infra)  # (the rest: shutdown)
+    assert all("infra_fault" not in r["labels"] for r in rows)  # none reached a learner batch
+    assert summary["retries"] == 0  # faults.retry_max_attempts=1: masked, not retried
+    # the cost ledger is the run's measured wall time, and fast-first bias uses its real classes
+    led = summary["cost_ledger"]
+    assert led["device_seconds"]["generation"] > 0 and led["device_seconds"]["training"] > 0
+    assert led["cpu_seconds"]["environment"] > 0 and led["cpu_seconds"]["verification"] > 0
+    assert led["device_seconds"]["retry_waste"] > 0  # the crashed episodes' generation
+    sch = summary["scheduler"]
+    assert sch["slowest_class"] in {t.task_class for t in trajs} and "long_task_drop_rate" not in sch
+
+
+@pytest.mark.slow
+def test_noisy_env_curriculum_raises_rates_and_retries_infra_faults(tmp_path):
+    cfg = _config("noisy_env_curriculum", steps=3, curriculum__gate=0.0, curriculum__floor=0.0,
+                  curriculum__ramp_steps=2)
+    cfg.curriculum.start = dict(tool_error=0.0, timeout=0.0, verifier_crash=0.0, env_crash=0.2)
+    cfg.curriculum.cap = dict(tool_error=0.5, timeout=0.1, verifier_crash=1.0, env_crash=0.5)
+    summary, rows = _train(cfg, tmp_path)
+    rates = [r["curriculum/rate/tool_error"] for r in rows]
+    assert rates[0] > 0 and rates == sorted(rates) and rates[-1] == 0.5
+    crashed = [t for t in Journal(tmp_path / "journal.bin").read() if t.label == "infra_fault"]
+    assert crashed and summary["retries"] > 0  # infra faults were resubmitted by the scheduler
+    assert summary["final_eval"]["eval/n"] == 8  # held-out evaluation runs in the clean env
