@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 
 from agentjax.learner import checkpoint as ckpt
+from tests.runs import ROOT, cli_env, read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-       "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache")}
-ENV.pop("XLA_FLAGS", None)  # one CPU device: the default config's placement
+ENV = cli_env()  # one CPU device: the default config's placement
 
 
 def _cmd(workdir, *extra):
@@ -25,10 +23,7 @@ def _cmd(workdir, *extra):
 
 
 def _metrics(workdir):
-    rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
-    for r in rows:
-        r.pop("wall", None)
-    return rows
+    return read_metrics(workdir, drop_wall=True)
 
 
 def _final_params(workdir):
@@ -134,7 +129,7 @@ def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
     from agentjax.learner.journal import Journal
 
     wd = tmp_path / "disagg"
-    env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = cli_env(host_devices=2)
     out = subprocess.run(
         _cmd(str(wd), "--config.placement.kind=disaggregated", "--config.placement.sync_every=2",
              "--config.placement.sampler_mesh.data=1", "--config.rl.steps=4",
