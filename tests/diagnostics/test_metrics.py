@@ -32,14 +32,14 @@ def test_capacity_times_serial_vs_overlap():
     assert m.capacity_times(80, 40, 5) == (125, 85)
 
 
-def test_ess():
+def test_ess_of_equal_weights_is_n_and_of_one_weight_is_one():
     assert m.ess([1, 1, 1, 1]) == pytest.approx(4.0)
     assert m.ess([1, 0, 0, 0]) == pytest.approx(1.0)
     assert m.ess([2, 1]) == pytest.approx(9 / 5)
     assert m.ess([0, 0]) == 0.0
 
 
-def test_duration_percentiles():
+def test_duration_percentiles_interpolate_linearly():
     p = m.duration_percentiles(np.arange(1, 101))
     assert p == pytest.approx({"p50": 50.5, "p95": 95.05, "p99": 99.01})
 
@@ -64,13 +64,13 @@ def test_rates_drop_histogram_masks():
     assert f == {"icepop": 0.5, "infra_fault": 0.25, "total": 0.75}
 
 
-def test_delta_statistics():
+def test_delta_statistics_ignore_masked_tokens():
     d = m.delta_statistics(np.array([0.1, -0.3, 5.0]), mask=np.array([1, 1, 0]))
     assert d["mean_abs"] == pytest.approx(0.2) and d["max_abs"] == pytest.approx(0.3)
     assert d["mean"] == pytest.approx(-0.1)
 
 
-def test_cost_ledger():
+def test_cost_ledger_sums_each_item_and_counts_retries_as_waste():
     term = lambda v: types.SimpleNamespace(value=v)
     rec = lambda t, g, e, rc=0.0: types.SimpleNamespace(
         terminal=term(t), generation_time=g, env_time=e, recompute_time=rc

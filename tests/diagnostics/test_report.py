@@ -151,7 +151,7 @@ def test_without_matplotlib_the_tables_remain(tmp_path, monkeypatch):
     assert "| total | 88.00 | 16.00 | 2.7500 | 0.5000 |" in md and "| masked/filter_icepop | 0.1250 |" in md
 
 
-def test_label_groups():
+def test_verdict_labels_map_to_their_report_groups():
     got = [report.label_group(x) for x in ("pass", "fail", "reward_hack", "agent_oom", "agent_error",
                                            "infra_fault", "None")]
     assert got == ["pass", "fail", "hack", "agent", "agent", "infra", "other"]

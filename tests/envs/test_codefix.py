@@ -19,7 +19,7 @@ needs_sandbox = pytest.mark.skipif(
     reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
 
 
-def test_list_tasks():
+def test_codefix_lists_at_least_twelve_unique_sorted_tasks():
     names = codefix.list_tasks()
     assert len(names) >= 12 and names == sorted(set(names))
 

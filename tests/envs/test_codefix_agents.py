@@ -64,7 +64,7 @@ def test_honest_and_attackers(task_name, agent_name):
 @pytest.mark.slow
 @pytest.mark.parametrize("agent_name", sorted(A.FAULTY))
 @pytest.mark.parametrize("task_name", TASKS)
-def test_faulty_agents(task_name, agent_name):
+def test_faulty_agents_get_their_own_agent_label_on_every_task(task_name, agent_name):
     final, expected = _episode(task_name, agent_name, FAULTY_LIMITS[agent_name])
     _check(final, expected)
 

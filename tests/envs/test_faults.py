@@ -57,7 +57,7 @@ TIMEOUT = dict(returncode=-9, timed_out=True, killed_by_us=True, wall_s=10.0)
     (r(**TIMEOUT, cpu_s=4.0, starved_s=6.0, psi_cpu_some_s=9.0, host_canary_cpu_s=0.01),
      Label.AGENT_TIMEOUT, "wall"),
 ])
-def test_attribute(res, label, kind):
+def test_attribute_labels_each_sandbox_outcome_from_its_evidence(res, label, kind):
     got, why = faults.attribute(res, LIM)
     assert got is label
     assert why.startswith(kind) or kind in why

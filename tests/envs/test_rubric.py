@@ -50,7 +50,7 @@ def test_crashed_or_invalid_item_is_recorded_and_left_out():
     assert math.isnan(rubric.evaluate(only_crash, None).score)
 
 
-def test_rubric_validation():
+def test_rubric_rejects_duplicate_items_and_all_zero_weights():
     with pytest.raises(ValueError, match="unique"):
         rubric.Rubric("r", "1", (rubric.Item("a", 1, "1", boom), rubric.Item("a", 1, "1", boom)))
     with pytest.raises(ValueError, match="all be zero"):

@@ -76,7 +76,7 @@ def test_only_workspace_writable_and_tmp_is_private(ws):
     assert "gone" in r2.stdout  # a fresh tmpfs /tmp per run
 
 
-def test_no_network():
+def test_sandboxed_code_cannot_reach_the_network():
     r = _py("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 2); print('CONNECTED')\n"
             "except OSError as e:\n    print('errno', e.errno)\n"
             "print(sorted(n for _, n in socket.if_nameindex()))")

@@ -132,7 +132,7 @@ def test_corrupt_or_mismatched_checkpoint_is_an_error(tmp_path):
         restore_checkpoint(tmp_path, state)
 
 
-def test_save_errors(tmp_path):
+def test_save_refuses_to_overwrite_and_names_unserialisable_metadata(tmp_path):
     save_checkpoint(tmp_path, 1, {"x": jnp.zeros(2)})
     with pytest.raises(CheckpointError, match="already exists"):
         save_checkpoint(tmp_path, 1, {"x": jnp.ones(2)})

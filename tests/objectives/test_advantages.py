@@ -10,7 +10,7 @@ from agentjax.objectives import discounts_from, needs_bootstrap, prob_same_group
 from agentjax.trajectory import StopReason
 
 # Module-level jitted versions: one compile per function instead of op-by-op eager dispatch
-# (slow on a loaded CPU); the eager path is compared against them in test_jit_agrees.
+# (slow on a loaded CPU); the eager path is compared against them in the *_under_jit tests.
 group_advantages = jax.jit(objectives.group_advantages, static_argnames=("scale", "eps"))
 rloo_advantages = jax.jit(objectives.rloo_advantages)
 gae = jax.jit(objectives.gae)
@@ -37,7 +37,7 @@ def test_group_advantages_errors():
         group_advantages(REWARDS[0])
 
 
-def test_rloo_advantages():
+def test_rloo_advantage_is_reward_minus_the_others_mean():
     a = rloo_advantages(REWARDS)
     np.testing.assert_allclose(a[0], [2 / 3, -2 / 3, -2 / 3, 2 / 3], rtol=1e-6)
     np.testing.assert_allclose(a[1], 0.0)

@@ -9,7 +9,7 @@ from agentjax import objectives
 from agentjax.objectives import AGGREGATION_MODES, masked_fractions
 
 # Module-level jitted versions: one compile per function instead of op-by-op eager dispatch
-# (slow on a loaded CPU); the eager path is compared against them in test_jit_agrees.
+# (slow on a loaded CPU); the eager path is compared against them in the *_under_jit tests.
 masked_mean = jax.jit(objectives.masked_mean, static_argnames="axis")
 aggregate = jax.jit(objectives.aggregate, static_argnames=("mode", "max_len"))
 
@@ -45,7 +45,7 @@ def test_masked_mean_ignores_nan_and_inf_in_masked_out_entries():
         ("seq_mean_token_sum_norm", 4, (6.0 / 4.0 + 9.0 / 4.0) / 2.0),
     ],
 )
-def test_aggregate_modes(mode, max_len, expected):
+def test_aggregate_modes_match_hand_computed_values(mode, max_len, expected):
     np.testing.assert_allclose(aggregate(X, MASK, mode, max_len=max_len), expected, rtol=1e-6)
 
 
@@ -64,7 +64,7 @@ def test_aggregate_padding_invariance(mode):
     np.testing.assert_allclose(aggregate(x_shift, m_shift, mode, max_len=7), base, rtol=1e-6)
 
 
-def test_aggregate_errors():
+def test_aggregate_rejects_unknown_modes_and_a_missing_max_len():
     with pytest.raises(ValueError, match="token_mean.*seq_mean_token_sum_norm"):
         aggregate(X, MASK, "sum")
     with pytest.raises(ValueError, match="max_len"):
@@ -87,7 +87,7 @@ def test_masked_fractions_by_reason():
     np.testing.assert_allclose(out["kept_fraction"], 2.0 / 5.0)
 
 
-def test_jit_agrees():
+def test_core_functions_give_the_same_values_under_jit():
     for mode in AGGREGATION_MODES:
         eager = objectives.aggregate(X, MASK, mode, max_len=4)
         np.testing.assert_allclose(aggregate(X, MASK, mode, max_len=4), eager, rtol=1e-6)

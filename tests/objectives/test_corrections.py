@@ -55,13 +55,13 @@ def test_products_explode_1_02_to_the_100_and_500():
     np.testing.assert_allclose(truncate(w, 10.0), [1.02**100, 10.0], rtol=2e-4)
 
 
-def test_truncate():
+def test_truncate_caps_weights_and_rejects_a_non_positive_cap():
     np.testing.assert_allclose(truncate(np.array([0.5, 2.0, 7.0]), 2.0), [0.5, 2.0, 2.0])
     with pytest.raises(ValueError, match="cap"):
         truncate(np.array([1.0]), 0.0)
 
 
-def test_decompose_ratio():
+def test_total_ratio_is_update_times_mismatch():
     infer = LN(np.array([[0.5, 0.2]])).astype(np.float32)
     train_v = infer + LN(np.array([[0.8, 1.25]])).astype(np.float32)
     cur = train_v + LN(np.array([[1.5, 0.6]])).astype(np.float32)
@@ -74,7 +74,7 @@ def test_decompose_ratio():
         decompose_ratio(cur, train_v, infer[:, :1])
 
 
-def test_ess_identities():
+def test_ess_matches_its_closed_form_with_and_without_a_mask():
     np.testing.assert_allclose(ess(np.ones(8)), 8.0)  # equal weights: ESS = N
     np.testing.assert_allclose(ess(np.full((2, 3), 0.3)), 6.0, rtol=1e-6)
     np.testing.assert_allclose(ess(np.array([1.0, 2.0, 3.0])), 36.0 / 14.0, rtol=1e-6)
@@ -132,7 +132,7 @@ def test_label_noise_identity_and_monte_carlo():
     assert abs((observed[0] - observed[1]) - 0.12) < 0.007
 
 
-def test_jit_agrees():
+def test_corrections_give_the_same_values_under_jit():
     def all_of_them(t, b, m, o=objectives):
         w = o.importance_weights(t, b, m, level="token")
         return (

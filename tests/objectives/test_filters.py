@@ -15,7 +15,7 @@ def _bkl(p, q):  # float64 reference, written out from the formula
     return p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
 
 
-def test_icepop_band():
+def test_icepop_keeps_exactly_the_tokens_inside_its_band():
     infer = np.zeros((2, 3), np.float32)
     train = np.log(np.array([[0.4, 0.51, 1.0], [1.9, 2.1, 10.0]])).astype(np.float32)
     keep = icepop_mask(train, infer, low=0.5, high=2.0)

@@ -48,7 +48,7 @@ def _params(fn):
     return pos, kw
 
 
-def test_contract_signatures():
+def test_public_functions_keep_their_contract_signatures():
     o = objectives
     assert _params(o.masked_mean) == (["x", "mask", "axis"], {})
     assert _params(o.aggregate)[0] == ["per_token", "mask", "mode"]

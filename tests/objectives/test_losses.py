@@ -10,7 +10,7 @@ import pytest
 from agentjax import objectives
 
 # Tests call jitted versions (one compile each) instead of op-by-op eager dispatch, which is slow
-# on a loaded CPU; test_jit_agrees checks the eager path against them.
+# on a loaded CPU; the *_under_jit tests check the eager path against them.
 _STATIC = ("aggregation", "max_len")
 ppo_loss = jax.jit(objectives.ppo_loss, static_argnames=_STATIC)
 grpo_loss = jax.jit(objectives.grpo_loss, static_argnames=(*_STATIC, "kl_kind"))
@@ -43,7 +43,7 @@ def grad_logp(loss_fn, logp=LOGP, *args, **kwargs):
         ("seq_mean_token_sum_norm", 4, -(3.2 / 4 - 4.2 / 4) / 2),
     ],
 )
-def test_ppo_values(aggregation, max_len, expected):
+def test_ppo_loss_and_clip_fractions_match_hand_computed_values(aggregation, max_len, expected):
     loss, m = ppo_loss(LOGP, OLD, ADV, MASK, aggregation=aggregation, max_len=max_len)
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     np.testing.assert_allclose(m["clip_fraction"], 2 / 5, rtol=1e-6)
@@ -191,7 +191,7 @@ def test_padding_never_changes_loss_or_gradient(name):
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
-def test_jit_agrees(name):
+def test_every_loss_gives_the_same_values_under_jit(name):
     eager = _call(name, LOGP, OLD, ADV, MASK, REF)
     jitted = jax.jit(functools.partial(_call, name))(LOGP, OLD, ADV, MASK, REF)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), eager, jitted)

@@ -91,7 +91,7 @@ def test_hispo_by_hand():
     np.testing.assert_allclose(m["ratio/mismatch_mean"], np.sum(M * H_MASK) / 8, rtol=1e-5)
 
 
-def test_hispo_gradients():
+def test_hispo_gradient_flows_only_through_accepted_unclipped_tokens():
     grads = jax.jit(jax.grad(lambda c, t, i: hispo(c, t, i, H_ADV, H_MASK, **H_KW)[0], (0, 1, 2)))
     g_cur, g_train_v, g_infer = grads(CUR, TRAIN_V, INFER)
     want = np.zeros((3, 3))
@@ -149,7 +149,7 @@ def test_padding_never_changes_loss_or_gradient(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_jit_agrees(name):
+def test_every_loss_gives_the_same_values_under_jit(name):
     fn, logps, adv, mask = CASES[name]
     eager = fn(*logps, adv, mask)
     jax.tree.map(
@@ -159,7 +159,7 @@ def test_jit_agrees(name):
     )
 
 
-def test_shape_errors():
+def test_hispo_shape_errors_name_the_argument_and_expected_shape():
     with pytest.raises(ValueError, match=r"logp_infer must have shape \[B, T\] = \(3, 3\)"):
         objectives.hispo_loss(CUR, TRAIN_V, INFER[:, :2], H_ADV, H_MASK, **H_KW)
     with pytest.raises(ValueError, match=r"advantages must have shape \[B\] = \(3,\)"):

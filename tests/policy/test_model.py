@@ -137,7 +137,7 @@ def test_dtypes_bf16_body_f32_head():
     assert forward(params, tok, pos, config=cfg16)[0].dtype == jnp.bfloat16
 
 
-def test_value_heads():
+def test_shared_and_separate_value_heads_give_one_value_per_token():
     shared = tiny_dense(value_head="shared")
     p = init_params(shared, jax.random.key(0))
     tok, pos = _inputs(shared)

@@ -26,7 +26,7 @@ def batch():
     return params, tokens, positions
 
 
-def test_pad_positions():
+def test_pad_positions_send_padding_past_the_sequence():
     np.testing.assert_array_equal(pad_positions(np.array([2, 0]), 3, 9), [[0, 1, 9], [9, 9, 9]])
 
 

@@ -109,6 +109,6 @@ def test_keep_gives_mixed_version_tokens(setup):
     assert not np.array_equal(np.take_along_axis(lp1, pos1 + 1, axis=1), got)
 
 
-def test_version_segments():
+def test_version_segments_split_where_the_version_changes():
     assert version_segments(np.array([], np.int32)) == []
     assert version_segments(np.array([3, 3, 4, 4, 4, 6])) == [(0, 2, 3), (2, 5, 4), (5, 6, 6)]

@@ -50,7 +50,7 @@ def test_transforms_hand_computed():
     assert compose(chain, TopP(0.9)).transforms == (Temperature(0.5), TopK(2), TopP(0.9))
 
 
-def test_transform_validation():
+def test_transforms_reject_out_of_range_parameters():
     for bad in (lambda: Temperature(0.0), lambda: TopK(0), lambda: TopP(0.0), lambda: TopP(1.5)):
         with pytest.raises(ValueError, match="invalid"):
             bad()

@@ -52,7 +52,7 @@ def order(log):
         ("sync", None, [0, 1, 2, 3]),  # batch of 1: one task per barrier
     ],
 )
-def test_consumption_order(mode, window, expected):
+def test_consumption_order_follows_the_scheduling_mode(mode, window, expected):
     log = run(
         [task(0, (50, 0)), task(1, (10, 0)), task(2, (10, 0)), task(3, (10, 0))],
         mode,
@@ -149,7 +149,7 @@ def test_submission_window_head():
         ({"round_budget": 0}, "round_budget"),
     ],
 )
-def test_invalid_config(kw, field):
+def test_invalid_scheduler_config_names_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
         sch.SchedulerConfig(**kw)
 

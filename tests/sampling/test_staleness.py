@@ -58,7 +58,7 @@ def test_backpressure_reserves_queue_room_for_in_flight_work():
     assert stl.capacity(s, cfg) == 1
 
 
-def test_admission_policy():
+def test_admission_applies_the_class_gap_and_drift_and_pressure_rules():
     cfg = stl.StalenessConfig(
         batch_size=2,
         max_version_gap=4,
@@ -112,7 +112,7 @@ def test_state_is_a_pytree_and_update_is_pure():
     "field,value",
     [("batch_size", 0), ("max_version_gap", -1), ("downweight_decay", 0.0), ("queue_capacity", 0)],
 )
-def test_invalid_config(field, value):
+def test_invalid_staleness_config_names_the_field(field, value):
     kw = {"batch_size": 2, field: value}
     with pytest.raises(ValueError, match=field):
         stl.StalenessConfig(**kw)

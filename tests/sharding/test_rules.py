@@ -18,7 +18,7 @@ from agentjax.sharding import (
 from agentjax.testing.models import tiny_dense, tiny_moe
 
 
-def test_eight_devices():
+def test_the_suite_runs_on_eight_fake_devices():
     assert jax.device_count() == 8
 
 
