@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
@@ -31,7 +32,10 @@ from agentjax.policy.model import critic_values, forward
 from agentjax.policy.scoring import token_logprobs
 
 
-class TrainState(NamedTuple):
+@flax.struct.dataclass
+class TrainState:
+    """The learner's whole state, a pytree (``flax.struct``: immutable, ``.replace``)."""
+
     step: jax.Array
     params: Any
     opt_state: Any
