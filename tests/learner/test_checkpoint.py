@@ -4,6 +4,7 @@ import logging
 import os
 import shutil
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +35,7 @@ def params():
 
 
 def _assert_tree_equal(a, b):
-    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    chex.assert_trees_all_equal(a, b)
 
 
 def test_save_fsdp8_restore_onto_other_meshes(params, tmp_path):

@@ -6,6 +6,7 @@ starts at zero), so comparing updated parameters compares gradients, and it has 
 for the NaN/Inf guard to protect. Each distinct step is compiled once per module (``_step``).
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,8 +67,7 @@ def _np(tree):
 
 
 def _assert_close(a, b, rtol, atol):
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y),
-                                                         rtol=rtol, atol=atol), a, b)
+    chex.assert_trees_all_close(a, b, rtol=rtol, atol=atol)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_nonfinite_guard_skips_update(bad, params0, batch):
     adv[2] = float(bad)
     state, metrics = step(state, {**batch, "advantages": jnp.asarray(adv)})
     assert float(metrics["skipped_nonfinite"]) == 1.0
-    jax.tree.map(np.testing.assert_array_equal, _np(state), before)  # params, opt_state, step
+    chex.assert_trees_all_equal(_np(state), before)  # params, opt_state, step, bitwise
     assert int(state.step) == 1
     state, metrics = step(state, batch)  # a good batch afterwards updates again
     assert float(metrics["skipped_nonfinite"]) == 0.0 and int(state.step) == 2

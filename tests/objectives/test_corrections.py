@@ -1,5 +1,6 @@
 """Importance weights, truncation, the HisPO decomposition, ESS, KL estimators, label noise."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -148,7 +149,7 @@ def test_corrections_give_the_same_values_under_jit():
 
     f = jax.jit(all_of_them)
     eager = all_of_them(TARGET, BEHAVIOR, MASK)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), eager, f(TARGET, BEHAVIOR, MASK))
+    chex.assert_trees_all_close(eager, f(TARGET, BEHAVIOR, MASK), rtol=1e-6)
 
 
 def test_weights_differentiate_through_target_only_when_asked():

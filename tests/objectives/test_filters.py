@@ -1,5 +1,6 @@
 """IcePop and KPop filters, binary KL."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,7 +77,7 @@ def test_filters_report_and_jit_agree():
     mask = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
     f = jax.jit(lambda t, i: (icepop_mask(t, i, low=0.5, high=2.0), kpop_mask(t, i, threshold=0.05)))
     eager = (icepop_mask(train, infer, low=0.5, high=2.0), kpop_mask(train, infer, threshold=0.05))
-    jax.tree.map(np.testing.assert_array_equal, eager, f(train, infer))
+    chex.assert_trees_all_equal(eager, f(train, infer))
     ice, kp = eager
     np.testing.assert_array_equal(ice, [[1, 0, 1], [0, 1, 0]])
     np.testing.assert_array_equal(kp, [[1, 0, 1], [1, 1, 0]])  # 0.01 vs 0.03: KL ~ 0.01

@@ -2,6 +2,7 @@
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -194,7 +195,7 @@ def test_padding_never_changes_loss_or_gradient(name):
 def test_every_loss_gives_the_same_values_under_jit(name):
     eager = _call(name, LOGP, OLD, ADV, MASK, REF)
     jitted = jax.jit(functools.partial(_call, name))(LOGP, OLD, ADV, MASK, REF)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), eager, jitted)
+    chex.assert_trees_all_close(eager, jitted, rtol=1e-6)
 
 
 def test_bf16_inputs_are_computed_in_float32():
