@@ -1,5 +1,8 @@
 """A local process sandbox: unprivileged uid, bubblewrap namespaces, rlimits, cgroup limits.
 
+(One module of ~310 lines: the launch chain, limits and cleanup are one security boundary, read
+together; kernel accounting is in ``accounting.py``.)
+
 Launch chain (each step ``exec``s the next, so one process tree, one process group)::
 
     sh (root, started with ONLY ``LAUNCH_ENV``: joins fresh cgroup v1 memory/pids/cpuacct groups)

@@ -1,5 +1,8 @@
 """Multi-turn rollout: jitted generation alternating with host environment steps.
 
+(One module of ~330 lines: the per-row turn bookkeeping, pause/resume and context rebuilds share
+the row state; the slot-engine counterpart is ``engine_rollout.py``.)
+
 A :class:`Rollout` drives a batch of episodes in lock-step over one :class:`Sampler` state:
 
     r = Rollout(sampler, codec, caps, specs)

@@ -1,5 +1,8 @@
 """One scheduler for every mode: ``sync``, ``async`` and ``windowed_fifo(window)``.
 
+(One module of ~480 lines: the three modes share one state machine of admission, commit,
+cancellation and the version-gap bound; its snapshot format lives in ``snapshot.py``.)
+
 The scheduler drives rollout workers through :class:`~agentjax.sampling.queue.RolloutWorker`
 (one call per round of one rollout) and a learner through a pure ``learner(params, batch) ->
 params``; both run as jobs on an executor from :mod:`agentjax.sampling.clock`: the virtual clock
