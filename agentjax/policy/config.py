@@ -34,11 +34,13 @@ def _check_positive(field: str, value: int) -> None:
 class ModelConfig:
     """A decoder-only transformer of the Llama/Qwen family (RMSNorm, RoPE, SwiGLU, GQA).
 
-    ``exact_tile`` selects the batch-invariant kernels (0 = standard XLA kernels): every row-wise
-    op runs over the flattened rows in fixed tiles of exactly this many rows, and attention runs
-    per query row against a key buffer of exactly ``max_seq_len`` slots. The sampler and the
-    learner then produce bitwise-equal log-probs (see docs/consistency.md). It is a kernel choice
-    made once per model, not a mode: both sides always run the same kernels.
+    ``exact_tile > 0`` selects the batch-invariant kernels (0 = standard XLA kernels); the sampler
+    and the learner then produce bitwise-equal log-probs (see docs/consistency.md). Which ones:
+    ``exact_kernels="exact_sum"`` (default) computes every sum exactly in float64
+    (``policy/kernels.py``), so no reduction order exists to depend on the batch;
+    ``exact_kernels="tiled"`` is the reference construction: every row-wise op runs over fixed
+    tiles of ``exact_tile`` rows and attention per query row over ``max_seq_len`` slots. It is a
+    kernel choice made once per model, not a mode: both sides always run the same kernels.
     """
 
     vocab_size: int = 64
@@ -62,6 +64,7 @@ class ModelConfig:
     value_head: str = "none"
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
+    exact_kernels: str = "exact_sum"  # "exact_sum" | "tiled" (used when exact_tile > 0)
     remat: str = "none"  # "layer": recompute each layer in the backward pass (jax.checkpoint)
     # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
@@ -85,6 +88,7 @@ class ModelConfig:
             _check_choice(f, getattr(self, f), _DTYPES)
         _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
         _check_choice("remat", self.remat, {"none", "layer"})
+        _check_choice("exact_kernels", self.exact_kernels, {"exact_sum", "tiled"})
         rows = self.activation_rows
         rows = (rows,) if isinstance(rows, str) else tuple(rows)  # lists come from JSON/configs
         if not all(isinstance(a, str) and a for a in rows) or len(set(rows)) != len(rows):
@@ -108,6 +112,16 @@ class ModelConfig:
     @property
     def exact(self) -> bool:
         return self.exact_tile > 0
+
+    @property
+    def exact_sum(self) -> bool:
+        """Exact mode with the exact-summation kernels (``policy/kernels.py``)."""
+        return self.exact and self.exact_kernels == "exact_sum"
+
+    @property
+    def row_tile(self) -> int:
+        """Rows per tile of the tiled reference kernels (0: no tiling)."""
+        return self.exact_tile if self.exact and self.exact_kernels == "tiled" else 0
 
     @property
     def q_per_kv(self) -> int:

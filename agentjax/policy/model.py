@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
 from agentjax.policy.config import ModelConfig, ValueHead
 
@@ -150,31 +151,55 @@ def init_cache(config: ModelConfig, batch: int, max_len: int | None = None):
     return {"k": jnp.zeros(shape, config.cdtype), "v": jnp.zeros(shape, config.cdtype)}
 
 
+def _mm(c: ModelConfig, x, w):
+    """``x @ w`` in x's dtype: the exact-sum kernel in exact mode, else XLA's dot."""
+    return K.matmul(x, w) if c.exact_sum else x @ w.astype(x.dtype)
+
+
+def _pin(c: ModelConfig, x):
+    """An activation in the compute dtype; in exact mode rounded so XLA cannot keep excess
+    precision in one engine and not the other (``kernels.cast``)."""
+    return K.cast(x, c.cdtype) if c.exact_sum else x
+
+
+def _norm(c: ModelConfig, x, scale):
+    return (K.rms_norm if c.exact_sum else L.rms_norm)(x, scale, c.norm_eps)
+
+
+def _rope(c: ModelConfig, x, pos):
+    if c.exact_sum:
+        return K.rope(x, pos, c.rope_theta, c.max_seq_len)
+    return L.rope(x, pos, c.rope_theta)
+
+
 def _qkv(c: ModelConfig, p, x, pos):
     """Row-wise: pre-norm, q/k/v projections, optional bias and q/k norm, RoPE."""
     dt = x.dtype
-    a = L.rms_norm(x, p["attn_norm"], c.norm_eps)
-    q, k, v = (a @ p[w].astype(dt) for w in ("wq", "wk", "wv"))
+    a = _norm(c, x, p["attn_norm"])
+    q, k, v = (_mm(c, a, p[w]) for w in ("wq", "wk", "wv"))
     if c.qkv_bias:
-        q, k, v = q + p["bq"].astype(dt), k + p["bk"].astype(dt), v + p["bv"].astype(dt)
+        q, k, v = (_pin(c, y + p[bn].astype(dt)) for y, bn in ((q, "bq"), (k, "bk"), (v, "bv")))
     n = x.shape[0]
     q = q.reshape(n, c.n_heads, c.head_dim)
     k = k.reshape(n, c.n_kv_heads, c.head_dim)
     v = v.reshape(n, c.n_kv_heads, c.head_dim)
     if c.qk_norm:
-        q, k = L.rms_norm(q, p["q_norm"], c.norm_eps), L.rms_norm(k, p["k_norm"], c.norm_eps)
-    return L.rope(q, pos, c.rope_theta), L.rope(k, pos, c.rope_theta), v
+        q, k = _norm(c, q, p["q_norm"]), _norm(c, k, p["k_norm"])
+    return _rope(c, q, pos), _rope(c, k, pos), v
 
 
 def _post_attention(c: ModelConfig, p, x, o, forced):
     """Row-wise: output projection, residual, pre-norm feed-forward (dense or MoE), residual."""
-    dt = x.dtype
-    x = x + o.reshape(x.shape[0], -1) @ p["wo"].astype(dt)
-    m = L.rms_norm(x, p["mlp_norm"], c.norm_eps)
+    x = _pin(c, x + _mm(c, o.reshape(x.shape[0], -1), p["wo"]))
+    m = _norm(c, x, p["mlp_norm"])
+    if c.exact_sum and not c.is_moe:
+        h = _pin(c, jax.nn.silu(K.matmul(m, p["w_gate"])) * K.matmul(m, p["w_up"]))
+        return _pin(c, x + K.matmul(h, p["w_down"])), None, None
     if not c.is_moe:
         return x + L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"]), None, None
-    y, chosen, probs = L.moe(m, p, c.n_experts_per_token, forced)
-    return x + y, chosen, probs
+    moe = K.moe if c.exact_sum else L.moe
+    y, chosen, probs = moe(m, p, c.n_experts_per_token, forced)
+    return _pin(c, x + y), chosen, probs
 
 
 def _constrain_rows(c: ModelConfig, x):
@@ -221,6 +246,11 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     Positions outside ``0 .. S - 2`` write to the sink slot ``S - 1`` (see :func:`init_cache`).
     """
     b, t = positions.shape
+    if kbuf is None and c.exact_sum:  # teacher-forced: the sequence's own keys
+        kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)
+        o = K.attention(q.reshape(b, t, *q.shape[1:]), kv(k), kv(v), positions, positions,
+                        jnp.ones((b, t), bool), n_max=c.max_seq_len + 1)
+        return o.reshape(q.shape), None, None
     if kbuf is None:
         o = L.attention_standard(
             q.reshape(b, t, *q.shape[1:]), k.reshape(b, t, *k.shape[1:]),
@@ -230,6 +260,12 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     slot = jnp.where((pos_rows >= 0) & (pos_rows < sink), pos_rows, sink)
     put = lambda buf, x: buf.at[batch_rows, :, slot].set(x.astype(buf.dtype), mode="promise_in_bounds")
     kbuf, vbuf = put(kbuf, k), put(vbuf, v)
+    if c.exact_sum:
+        s = kbuf.shape[2]
+        slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+        o = K.attention(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots,
+                        slots < sink, n_max=c.max_seq_len + 1)
+        return o.reshape(q.shape), kbuf, vbuf
     if c.exact:
         return L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, c.exact_tile), kbuf, vbuf
     o = L.attention_cache(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions)
@@ -243,14 +279,14 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
     :func:`unstack_layers`) runs unrolled (the sampler), with the cache stacked or per layer.
     """
     b, t = tokens.shape
-    n, tile = b * t, c.exact_tile
+    n, tile = b * t, c.row_tile
     pos_rows = positions.reshape(n).astype(jnp.int32)
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
-    x = tp["embed"][tokens.reshape(n)].astype(c.cdtype)
+    x = _pin(c, tp["embed"][tokens.reshape(n)].astype(c.cdtype))
     forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
-    # Exact mode without a cache still attends over a fresh buffer of exactly max_seq_len slots
-    # (plus the write sink, see init_cache).
-    if cache is None and c.exact:
+    # The tiled exact kernels without a cache still attend over a fresh buffer of exactly
+    # max_seq_len slots (plus the write sink, see init_cache).
+    if cache is None and c.row_tile:
         shape = (c.n_layers, b, c.n_kv_heads, c.max_seq_len + 1, c.head_dim)
         cache = {"k": jnp.zeros(shape, c.cdtype), "v": jnp.zeros(shape, c.cdtype)}
         fresh = True
@@ -302,7 +338,7 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
         (x, ck, cv), (chosen, probs) = jax.lax.scan(
             layer, (x, ck, cv), (tp["layers"], ids, forced_all), unroll=min(c.layer_unroll, c.n_layers))
         cache = None if ck is None else {"k": ck, "v": cv}
-    x = L.rowwise(lambda x_: L.rms_norm(x_, tp["final_norm"], c.norm_eps), tile, x)
+    x = L.rowwise(lambda x_: _norm(c, x_, tp["final_norm"]), tile, x)
     return x, None if fresh else cache, chosen, probs
 
 
@@ -358,7 +394,7 @@ def _head(c: ModelConfig, params, x, b, t, logits_at):
             return jnp.zeros((b, 0, head.shape[-1]), c.hdtype)
         rows = jnp.arange(b, dtype=jnp.int32)[:, None] * t + jnp.clip(logits_at, 0, t - 1)
         x, t = x[rows.reshape(-1)], k
-    logits = L.rowwise(lambda x_: x_.astype(c.hdtype) @ head.astype(c.hdtype), c.exact_tile, x)
+    logits = L.rowwise(lambda x_: _mm(c, _pin(c, x_).astype(c.hdtype), head), c.row_tile, x)
     return logits.reshape(b, t, -1)
 
 

@@ -12,8 +12,12 @@ Padding: any layout works if padded tokens get a position >= every real position
 attends to them). Left padding with ``positions = 0..n-1`` on the real tokens is the same.
 
 Exact mode (``config.exact_tile > 0``): the value is computed with the batch-invariant kernels,
-so it equals the sampler's record bitwise (ratio exactly 1.0 at the behaviour version), and a
-``jax.custom_vjp`` supplies the standard kernels' gradient (their VJP is kept as the residual):
+so it equals the sampler's record bitwise (ratio exactly 1.0 at the behaviour version). With
+the exact-summation kernels (``exact_kernels="exact_sum"``) every kernel is a
+``jax.custom_vjp`` whose backward is the standard float32 kernel's VJP at the same inputs, so
+the scorer is differentiated directly: one exact forward, one standard backward. With the
+tiled reference kernels a ``jax.custom_vjp`` on the whole scorer supplies the standard kernels'
+gradient (their VJP is kept as the residual, so the forward runs twice):
 
     value = f_exact(params),   d value / d params := d f_standard / d params
 
@@ -44,7 +48,7 @@ def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Arra
 def _score(params, tokens, positions, routes, config: ModelConfig, transform):
     logits, _, aux = forward(params, tokens, positions, config=config, routes=routes)
     lp, raw = token_logprobs_from_logits(logits[:, :-1], tokens[:, 1:], transform,
-                                         tile=config.exact_tile)
+                                         tile=config.row_tile, exact=config.exact_sum)
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
     return out, aux.get("routes")
@@ -86,6 +90,6 @@ def token_logprobs(params, tokens: jax.Array, positions: jax.Array, *, config: M
     if tokens.shape != positions.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
     check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
-    if config.exact:
+    if config.exact and not config.exact_sum:
         return _exact(params, tokens, positions, routes, config, transform)
     return _score(params, tokens, positions, routes, config, transform)[0]

@@ -1,0 +1,283 @@
+"""Batch-invariant kernels by exact summation (exact mode, ``exact_kernels="exact_sum"``).
+
+A floating-point sum depends on the order of its terms, and XLA picks that order per shape
+(XLA:CPU hands dots to YNNPACK, whose kernel for a ``[N, 128] x [128, 512]`` product changes
+between N <= 48 and N >= 56; N = 1 becomes a vector-matrix product with yet another order).
+These kernels remove the order instead of pinning it: every sum they compute is **exact** in
+float64, so every order, tiling, thread split or kernel gives the same bits.
+
+* Contractions (:func:`dot_general`): each operand is rounded to a power-of-two grid per
+  output row/column, ``a = a_int * 2^ea`` with ``|a_int| <= 2^b``, and ``b`` is chosen so that
+  ``K * 2^(2b) <= 2^53``: every product and every partial sum of the float64 dot of the
+  integers is an integer below 2^53, hence exact. The result is scaled back by ``2^(ea+eb)``
+  (exact) and rounded once to float32. For K = 128, b = 23: an f32 operand loses at most one bit
+  relative to its row's largest element; a bf16 operand keeps every element >= 2^-15 of it.
+* Sums of terms (:func:`exact_sum`): the terms (float64) are rounded to one grid with
+  ``n * 2^b <= 2^53`` and summed: exact, whatever the order.
+* Low precision (bf16): XLA may skip the rounding of an intermediate to bf16 when it fuses ops
+  (``xla_allow_excess_precision``, on by default), and whether it does depends on the
+  surrounding graph (the sampler's unrolled layers vs the learner's scan). Every bf16 value a
+  kernel reads or writes therefore goes through :func:`cast`, an explicit ``reduce_precision``
+  XLA must honour: a value already representable in bf16 is unchanged by a skipped convert.
+* Everything else is elementwise. Products of two f32 values are exact in float64, so where a
+  multiply feeds an add the kernels do it in float64: LLVM's fused multiply-add contraction
+  (XLA:CPU allows it) cannot change such a result, whichever fusion the ops land in.
+
+The grid widths depend only on model constants (d_model, d_ff, head_dim, vocab, max_seq_len),
+never on the batch or the number of keys present, so the sampler's KV-cache decode and the
+learner's teacher-forced pass round every operand identically. Gradients: each kernel is a
+``jax.custom_vjp`` whose backward is the VJP of the standard float32 kernel at the same inputs.
+Needs float64 (CPU and GPU; TPUs have no float64 units).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+F64 = jnp.float64
+NEG_INF = -1e30
+
+
+def _log2_ceil(n: int) -> int:
+    return max(int(n) - 1, 0).bit_length()
+
+
+def _pow2(e):
+    """``2.0 ** e`` for an int64 array, exactly (float64 bit pattern)."""
+    e = jnp.clip(e, -1022, 1023).astype(jnp.int64)
+    return jax.lax.bitcast_convert_type((e + 1023) << 52, F64)
+
+
+def cast(x, dtype):
+    """``x.astype(dtype)``; into a dtype narrower than float32 (or from one) the value is first
+    rounded by ``lax.reduce_precision``, which XLA cannot elide (see the module doc)."""
+    dtype = jnp.dtype(dtype)
+    for dt in (x.dtype, dtype):
+        if jnp.finfo(dt).bits < 32:
+            fi = jnp.finfo(dt)
+            x = jax.lax.reduce_precision(x.astype(jnp.float32), exponent_bits=fi.nexp,
+                                         mantissa_bits=fi.nmant)
+    return x.astype(dtype)
+
+
+def _grid(a, axes, bits: int):
+    """``a`` as integers on a power-of-two grid per slice over ``axes``: ``a ~= a_int * 2^e``,
+    ``|a_int| <= 2^bits``; ``e`` keeps ``axes`` as size-1 dims."""
+    a = cast(a, F64)
+    m = jnp.max(jnp.abs(a), axis=axes, keepdims=True)
+    raw = jax.lax.bitcast_convert_type(m, jnp.int64)
+    top = ((raw >> 52) & 0x7FF) - 1022  # smallest t with m < 2^t (m normal)
+    e = jnp.where(m > 0, top, -900) - bits
+    return jnp.round(a * _pow2(-e)), e
+
+
+def _with_standard_grad(exact_fn, standard_fn):
+    """``exact_fn`` forward; backward = VJP of ``standard_fn`` at the same (array) arguments."""
+    f = jax.custom_vjp(exact_fn)
+    f.defvjp(lambda *a: (exact_fn(*a), a), lambda a, g: jax.vjp(standard_fn, *a)[1](g))
+    return f
+
+
+def exact_sum(t, axis: int, n_max: int | None = None):
+    """Exact float64 sum of ``t`` over ``axis`` (after rounding the terms to a grid of 2^-(53 -
+    log2 n) times the largest). ``n_max`` bounds the number of nonzero terms (default: the
+    axis length); give it when the axis length differs between callers."""
+    axis = axis % t.ndim
+    bits = 53 - _log2_ceil(n_max or t.shape[axis])
+    ti, e = _grid(t, (axis,), bits)
+    return jnp.sum(ti, axis=axis) * _pow2(jnp.squeeze(e, axis))
+
+
+def _dot_exact(a, b, dims, k_max, out_dtype):
+    with jax.enable_x64(True):
+        (ca, cb), _ = dims
+        k = k_max or math.prod(a.shape[i] for i in ca)
+        bits = (53 - _log2_ceil(k)) // 2
+        ai, ea = _grid(a, tuple(ca), bits)
+        bi, eb = _grid(b, tuple(cb), bits)
+        out = jax.lax.dot_general(ai, bi, dims)  # integers < 2^53: exact in any order
+        scale = jax.lax.dot_general(_pow2(ea), _pow2(eb), dims)  # one product per entry
+        return cast((out * scale).astype(jnp.float32), out_dtype)
+
+
+def dot_general(a, b, dims, *, k_max: int | None = None):
+    """``lax.dot_general(a, b, dims)`` computed exactly (see the module doc), in ``a``'s dtype."""
+    dt = a.dtype
+    b = cast(b, dt)
+    exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
+    standard = lambda a_, b_: jax.lax.dot_general(a_, b_, dims).astype(dt)
+    return _with_standard_grad(exact, standard)(a, b)
+
+
+def matmul(x, w):
+    """``x @ w`` for ``x [..., K]``, ``w [K, F]``."""
+    return dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def rms_norm(x, scale, eps: float):
+    def standard(x_, s_):
+        xf = x_.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+        return (y * s_.astype(jnp.float32)).astype(x_.dtype)
+
+    def exact(x_, s_):
+        with jax.enable_x64(True):
+            x64 = cast(x_, F64)  # squares of f32/bf16 values are exact in float64
+            ms = (exact_sum(x64 * x64, -1) / x_.shape[-1]).astype(jnp.float32)
+        y = cast(x_, jnp.float32) * jax.lax.rsqrt(ms + jnp.float32(eps))[..., None]
+        return cast(y * cast(s_, jnp.float32), x_.dtype)
+
+    return _with_standard_grad(exact, standard)(x, scale)
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_tables(max_len: int, d: int, theta: float):
+    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    ang = np.arange(max_len, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+    return (np.concatenate([cos, cos], -1).astype(np.float32),
+            np.concatenate([sin, sin], -1).astype(np.float32))
+
+
+def rope(x, pos, theta: float, max_len: int):
+    """Rotary embedding with float32 tables of positions ``0 .. max_len - 1`` (computed once in
+    float64 on the host); positions outside are clipped (padding). x: [N, H, D], pos: [N]."""
+    from agentjax.policy.layers import rope as standard_rope
+
+    d = x.shape[-1]
+    cos_t, sin_t = _rope_tables(max_len, d, float(theta))
+
+    def exact(x_, pos_):
+        idx = jnp.clip(pos_, 0, max_len - 1)
+        cos, sin = jnp.asarray(cos_t)[idx][:, None, :], jnp.asarray(sin_t)[idx][:, None, :]
+        with jax.enable_x64(True):
+            xf = cast(x_, F64)
+            rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
+            out = xf * cos.astype(F64) + rot * sin.astype(F64)  # exact products, one rounding
+            return cast(out.astype(jnp.float32), x_.dtype)
+
+    return _with_standard_grad(exact, lambda x_, p_: standard_rope(x_, p_, theta))(x, pos)
+
+
+def _log_softmax64(z):
+    z = cast(z, F64)
+    m = jnp.max(z, axis=-1, keepdims=True)
+    zs = z - m
+    return zs - jnp.log(exact_sum(jnp.exp(zs), -1))[..., None]
+
+
+def log_softmax(z):
+    """float32 log-softmax over the last axis (computed in float64 with an exact sum)."""
+    def exact(z_):
+        with jax.enable_x64(True):
+            return _log_softmax64(z_).astype(jnp.float32)
+
+    return _with_standard_grad(exact, lambda z_: jax.nn.log_softmax(z_.astype(jnp.float32)))(z)
+
+
+def softmax(z):
+    """float32 softmax over the last axis, as ``exp(log_softmax)`` of the exact kernel."""
+    def exact(z_):
+        with jax.enable_x64(True):
+            return jnp.exp(_log_softmax64(z_)).astype(jnp.float32)
+
+    return _with_standard_grad(exact, lambda z_: jax.nn.softmax(z_.astype(jnp.float32)))(z)
+
+
+def exclusive_cumsum(p):
+    """``cumsum(p) - p`` over the last axis, float64 on a grid: exact (used by top-p)."""
+    with jax.enable_x64(True):
+        pi, e = _grid(p, (p.ndim - 1,), 53 - _log2_ceil(p.shape[-1]))
+        return ((jnp.cumsum(pi, axis=-1) - pi) * _pow2(e)).astype(jnp.float32)
+
+
+def normalize(p):
+    """``p / sum(p)`` over the last axis (MoE gates)."""
+    def exact(p_):
+        with jax.enable_x64(True):
+            return (p_.astype(F64) / exact_sum(p_.astype(F64), -1)[..., None]).astype(p_.dtype)
+
+    return _with_standard_grad(exact, lambda p_: p_ / jnp.sum(p_, -1, keepdims=True))(p)
+
+
+def weighted_sum(h, w):
+    """``sum_e h[:, e] * w[:, e, None]`` for h [N, E, D], w [N, E] (MoE combine), in h's dtype."""
+    def exact(h_, w_):
+        with jax.enable_x64(True):
+            t = cast(h_, F64) * cast(w_, F64)[..., None]  # exact products
+            return cast(exact_sum(t, 1).astype(jnp.float32), h_.dtype)
+
+    standard = lambda h_, w_: jnp.sum(h_ * w_.astype(h_.dtype)[..., None], axis=1)
+    return _with_standard_grad(exact, standard)(h, w)
+
+
+def _attention_standard(q, k, v, mask):
+    """Reference for the gradient: q [B,Hkv,R,D], k/v [B,Hkv,S,D], mask [B,Hkv or 1,R,S]."""
+    d = q.shape[-1]
+    s = jnp.einsum("bkrd,bksd->bkrs", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(d))
+    w = jax.nn.softmax(jnp.where(mask, s, NEG_INF), axis=-1).astype(v.dtype)
+    return jnp.einsum("bkrs,bksd->bkrd", w, v)
+
+
+def _attention_exact(q, k, v, mask, n_max: int):
+    d = q.shape[-1]
+    batch = ((0, 1), (0, 1))
+    with jax.enable_x64(True):
+        bits = (53 - _log2_ceil(d)) // 2
+        qi, eq = _grid(q, (3,), bits)
+        ki, ek = _grid(k, (3,), bits)
+        s = jax.lax.dot_general(qi, ki, (((3,), (3,)), batch))  # [B,Hkv,R,S] exact integers
+        s = s * jax.lax.dot_general(_pow2(eq), _pow2(ek), (((3,), (3,)), batch))
+        s = (s / np.sqrt(np.float64(d))).astype(jnp.float32)
+        s = jnp.where(mask, s, NEG_INF)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        e = jnp.where(mask, jnp.exp(s.astype(F64) - m.astype(F64)), 0.0)  # <= 1, max == 1
+        den = exact_sum(e, -1, n_max)  # [B,Hkv,R]
+        bits = (53 - _log2_ceil(n_max)) // 2
+        vi, ev = _grid(v, (3,), bits)  # per key: v = vi * 2^ev
+        w = e * jnp.swapaxes(_pow2(ev), 2, 3)  # [B,Hkv,R,S]: e_j * 2^ev_j, exact
+        wi, ew = _grid(w, (3,), bits)
+        num = jax.lax.dot_general(wi, vi, (((3,), (2,)), batch)) * _pow2(ew)  # exact
+        return cast((num / den[..., None]).astype(jnp.float32), v.dtype)
+
+
+def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int):
+    """Grouped-query causal attention with exact sums over keys.
+
+    q: [B, T, H, D]; k, v: [B, Hkv, S, D] (the KV-cache layout); q_pos [B, T]; k_pos, k_valid
+    [B, S]. Query t attends to the valid keys with ``k_pos <= q_pos[t]``. ``n_max`` bounds the
+    number of keys any query attends to (``max_seq_len + 1``): it sets the grid widths, so a
+    learner pass over T keys and a decode step over the whole cache round the same way.
+    Returns [B, T, H, D].
+    """
+    b, t, h, d = q.shape
+    hkv = k.shape[1]
+    g = h // hkv
+    qr = q.reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
+    mask = (k_pos[:, None, :] <= q_pos[:, :, None]) & k_valid[:, None, :]  # [B,T,S]
+    mask = jnp.broadcast_to(mask[:, None, None], (b, 1, g, t, k.shape[2])).reshape(b, 1, g * t, -1)
+    exact = lambda q_, k_, v_, m_: _attention_exact(q_, k_, v_, m_, n_max)
+    o = _with_standard_grad(exact, _attention_standard)(qr, k, v, mask)
+    return o.reshape(b, hkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+
+
+def moe(x, p, k: int, forced=None):
+    """:func:`agentjax.policy.layers.moe` with exact kernels (same arguments and returns)."""
+    logits = matmul(x, p["router"]).astype(jnp.float32)  # [N, E]
+    probs = softmax(logits)
+    chosen = jax.lax.top_k(logits, k)[1] if forced is None else forced.astype(jnp.int32)
+    gates = normalize(jnp.take_along_axis(probs, chosen, axis=-1))  # [N, k]
+    n_exp = logits.shape[-1]
+    # at most one nonzero term per expert (distinct choices): exact in any order
+    weight = jnp.sum(jax.nn.one_hot(chosen, n_exp, dtype=jnp.float32) * gates[..., None], axis=1)
+    up = (((1,), (1,)), ((), ()))  # nd,edf->nef
+    g = dot_general(x, p["w_gate"], up)
+    u = dot_general(x, p["w_up"], up)
+    h = dot_general(cast(jax.nn.silu(g) * u, x.dtype), p["w_down"], (((2,), (1,)), ((1,), (0,))))  # [E,N,D]
+    y = weighted_sum(h.swapaxes(0, 1), weight)
+    return y, chosen.astype(jnp.int32), probs
