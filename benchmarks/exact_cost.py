@@ -12,8 +12,9 @@ Llama layout, d_model 128, 2 layers, vocab 64, random weights). Kernels compared
 Rows: learner log-probs (``token_logprobs``, batch 32 x 64 tokens), learner log-probs +
 gradient (``value_and_grad`` of a masked sum, as a train step), sampler decode (``generate``
 of 48 tokens after a 16-token prefill, batch 32, time per token). Every case is compiled
-first; the rounds then interleave the cases and the best round counts. The machine's load
-average is recorded with the results.
+first; the rounds then interleave the cases and the best round counts, both in wall time and
+in process CPU time (all of XLA's threads; steadier than wall time on a shared, loaded machine).
+The machine's load average is recorded with the results.
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ def cases(cfg: ModelConfig, params, data):
             "sampler_s_per_token": lambda: decode(params)}
 
 
-def timed(fn) -> float:
-    t = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    t, c = time.perf_counter(), time.process_time()
     jax.block_until_ready(fn())
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def main():
@@ -91,17 +92,17 @@ def main():
             for row, fn in cases(cfg, params, (tokens, positions, mask)).items():
                 key = (dtype, name, row)
                 timed(fn)  # compile
-                all_cases[key], best[key] = fn, float("inf")
+                all_cases[key], best[key] = fn, (float("inf"), float("inf"))
     for _ in range(args.rounds):
         for key, fn in all_cases.items():
-            best[key] = min(best[key], timed(fn))
-    for key in best:
-        if key[2] == "sampler_s_per_token":
-            best[key] /= NEW
+            best[key] = tuple(map(min, best[key], timed(fn)))
     results = {}
-    for (dtype, name, row), s in best.items():
-        results.setdefault(dtype, {}).setdefault(name, {})[row] = s
-    timed_rows = ("learner_logprobs_s", "learner_grad_s", "sampler_s_per_token")
+    for (dtype, name, row), (wall, cpu) in best.items():
+        per = NEW if row == "sampler_s_per_token" else 1
+        rows = results.setdefault(dtype, {}).setdefault(name, {})
+        rows[row], rows[row.replace("_s", "_cpu_s", 1)] = wall / per, cpu / per
+    timed_rows = ("learner_logprobs_s", "learner_grad_s", "sampler_s_per_token",
+                  "learner_logprobs_cpu_s", "learner_grad_cpu_s", "sampler_cpu_s_per_token")
     for by_kernel in results.values():
         fast = dict(by_kernel["fast"])
         for rows in by_kernel.values():
@@ -113,14 +114,16 @@ def main():
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
-    rows = timed_rows
-    print("| dtype | kernels | " + " | ".join(rows) + " | " +
-          " | ".join(r.split("_")[1] + " x fast" for r in rows) + " |")
-    print("|---" * (2 + 2 * len(rows)) + "|")
-    for dtype, by_kernel in results.items():
-        for name, r in by_kernel.items():
-            print(f"| {dtype} | {name} | " + " | ".join(f"{r[k] * 1e3:.2f} ms" for k in rows)
-                  + " | " + " | ".join(f"{r[k + '_over_fast']:.2f}x" for k in rows) + " |")
+    print("| dtype | kernels | log-probs | x fast | + gradient | x fast | sampler / token | x fast |"
+          "\n|---|---|---|---|---|---|---|---|")
+    for clock in ("", "_cpu"):
+        names = (f"learner_logprobs{clock}_s", f"learner_grad{clock}_s",
+                 f"sampler{clock}_s_per_token")
+        print(f"({'process CPU' if clock else 'wall'} time)")
+        for dtype, by_kernel in results.items():
+            for name, r in by_kernel.items():
+                print(f"| {dtype} | {name} | " + " | ".join(
+                    f"{r[k] * 1e3:.2f} ms | {r[k + '_over_fast']:.2f}x" for k in names) + " |")
     print("load average before/after:", out["load_avg_before_after"])
 
 

@@ -2,7 +2,8 @@
 # The GPU half of the consistency contract (issue 3), as one short prepared run:
 #   1. the consistency report with XLA's deterministic-ops flag (launch/consistency.py);
 #   2. the bitwise exact-mode tests on the GPU backend;
-#   3. our sampler's throughput on the GPU (no anchors: the targets are CPU ones).
+#   3. our sampler's throughput on the GPU (no anchors: the targets are CPU ones);
+#   4. exact / fast cost (benchmarks/exact_cost.py).
 # Usage: OUT=<dir> bash benchmarks/gpu_check.sh   (writes consistency_gpu.json, sampler_gpu.json,
 # tests_gpu.log under $OUT). Needs jax with a CUDA backend, absl-py and ml_collections.
 set -uo pipefail
@@ -17,7 +18,10 @@ python3 -m launch.consistency --config=configs/consistency.py \
     --config.out="$OUT/consistency_gpu.json" || rc=1
 # conftest.py defaults JAX_PLATFORMS to cpu; the export above keeps the GPU.
 python3 -m pytest -q -p no:cacheprovider tests/diagnostics/test_consistency.py \
-    tests/sampling/test_sampler.py tests/sampling/test_partial.py tests/sampling/test_noise.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
+    tests/policy/test_kernels.py tests/sampling/test_sampler.py tests/sampling/test_partial.py \
+    tests/sampling/test_noise.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
+# exact / fast cost of the exact-summation kernels (issue 18), f32 and bf16, tile sweep
+python3 benchmarks/exact_cost.py --rounds 3 --out "$OUT/exact_cost_gpu.json" || rc=1
 python3 benchmarks/sampler.py --engines agentjax,agentjax_exact --repeats 3 \
     --out "$OUT/sampler_gpu.json" || rc=1
 exit $rc

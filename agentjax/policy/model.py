@@ -176,7 +176,12 @@ def _qkv(c: ModelConfig, p, x, pos):
     """Row-wise: pre-norm, q/k/v projections, optional bias and q/k norm, RoPE."""
     dt = x.dtype
     a = _norm(c, x, p["attn_norm"])
-    q, k, v = (_mm(c, a, p[w]) for w in ("wq", "wk", "wv"))
+    if c.exact_sum:  # one grid of ``a`` for the three (each column's grid is its own: same bits)
+        qkv = K.matmul(a, jnp.concatenate([p["wq"], p["wk"], p["wv"]], axis=1))
+        hq, hk = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        q, k, v = qkv[:, :hq], qkv[:, hq : hq + hk], qkv[:, hq + hk :]
+    else:
+        q, k, v = (_mm(c, a, p[w]) for w in ("wq", "wk", "wv"))
     if c.qkv_bias:
         q, k, v = (_pin(c, y + p[bn].astype(dt)) for y, bn in ((q, "bq"), (k, "bk"), (v, "bv")))
     n = x.shape[0]
@@ -193,7 +198,8 @@ def _post_attention(c: ModelConfig, p, x, o, forced):
     x = _pin(c, x + _mm(c, o.reshape(x.shape[0], -1), p["wo"]))
     m = _norm(c, x, p["mlp_norm"])
     if c.exact_sum and not c.is_moe:
-        h = _pin(c, jax.nn.silu(K.matmul(m, p["w_gate"])) * K.matmul(m, p["w_up"]))
+        gu = K.matmul(m, jnp.concatenate([p["w_gate"], p["w_up"]], axis=1))
+        h = _pin(c, jax.nn.silu(gu[:, : c.d_ff]) * gu[:, c.d_ff :])
         return _pin(c, x + K.matmul(h, p["w_down"])), None, None
     if not c.is_moe:
         return x + L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"]), None, None

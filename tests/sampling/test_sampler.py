@@ -229,7 +229,9 @@ def _vocab_rows(hlo_text: str, vocab: int) -> int:
 def test_prefill_never_projects_prompt_positions_onto_the_vocabulary(tile):
     """The compiled prefill holds no [B, T, V] logits (the control, a forward asked for every
     position's logits, does), and its cache is bitwise the one that forward writes."""
-    v, w = 1000, 24  # a vocabulary size no other dimension has
+    # A vocabulary size no other dimension has, large enough that [B, T, V] logits dwarf the
+    # other temporaries (the exact kernels' float64 attention over 65 slots holds ~0.6 MB).
+    v, w = 4000, 24
     cfg = tiny_dense(vocab_size=v, max_seq_len=64, exact_tile=tile)
     params = init_params(cfg, jax.random.key(0))
     s = Sampler(cfg)
