@@ -15,8 +15,9 @@ the published peaks of :data:`CHIP_PEAKS`. Assumptions: every matmul runs at the
 peak (XLA's default precision runs float32 matmuls as one bf16 pass on TPU; the compiled
 program of an exact_f32 step shows bf16 operands), elementwise work is free, collectives and
 host transfers overlap with compute, and the compiler's choice of which values stay in on-chip
-memory is ignored (all top-level operands count as HBM reads). It is a lower bound on the step
-time, for sizing a pod, not a measurement.
+memory is ignored (all top-level operands count as HBM reads), and an in-place update
+(``dynamic-update-slice`` / ``scatter`` into a KV cache) counts its whole buffer, so a
+memory-bound step (decode) comes out pessimistic. For sizing a pod, not a measurement.
 """
 
 from __future__ import annotations
