@@ -263,7 +263,8 @@ parameter dtype), the NaN/Inf guard and gradient accumulation over the row's mic
 `make_batch` layout (MoE: with the sampler's routes replayed). Sampler: prefill is `extend` (a
 prompt into an empty state; no logits), decode is `generate` (its `while_loop` of decode steps).
 Modes (`agentjax/sharding/programs.py`): fast = the preset (bf16 body, float32 LM head);
-exact_bf16 / exact_f32 = batch-invariant kernels (`exact_tile=8`) in bf16 / float32.
+exact_bf16 / exact_f32 = batch-invariant kernels (`exact_tile=8`) in bf16 / float32 (the exact
+rows below were compiled with `exact_kernels="tiled"`, before `exact_sum` became the default).
 Per-chip peak = arguments + outputs - donated aliases + temporaries + generated code (+ the
 optimizer state and KL reference kept resident while a colocated sampler runs). Candidates are
 tried in a fixed order (`LEARNER`, `SAMPLER`, `COLOCATED_SAMPLER` in the script), largest
