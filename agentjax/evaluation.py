@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from agentjax.policy.config import ConfigError
 
 MINIREPO_AGENTS = ("demonstrator", "localizing", "oracle", "random", "test_editor")
-EVAL_SEED = 10_000  # the training loop's evaluation seed (agentjax.system._eval)
+EVAL_SEED = 10_000  # the training loop's evaluation seed (agentjax.runstate.EVAL_SEED)
 
 
 # -- metrics -------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def get_config() -> ConfigDict:
     c.sample = dict(batch=256, prompt_len=1024, cache_len=4096)
     # The learner's real step (make_train_step) with these settings (LossConfig / OptimConfig
     # fields): the default objective and filter with the KL penalty on (a resident reference).
-    c.loss = dict(name="grpo", filter="icepop", kl_coef=1e-3)
+    c.loss = dict(name="grpo", filter="icepop", filter_ratio="total", kl_coef=1e-3)  # as the default run
     c.optim = dict(learning_rate=1e-6, grad_clip=1.0)
     # Kernels: "fast" (the preset: bf16 body, float32 head), "exact_bf16" or "exact_f32"
     # (batch-invariant kernels, docs/consistency.md); comma-separated compiles each.

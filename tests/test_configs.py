@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from agentjax import runconfig, system
+from agentjax import runconfig, runstate, system
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
 
@@ -86,6 +86,7 @@ def _train_rows(rows):
     return [r for r in rows if "loss/total" in r]
 
 
+@pytest.mark.slow
 def test_sync_exact_trains_deterministically_with_ratio_exactly_one(tmp_path):
     summary, rows = _train("sync_exact", tmp_path / "a")
     train = _train_rows(rows)
@@ -102,14 +103,14 @@ def test_sync_exact_trains_deterministically_with_ratio_exactly_one(tmp_path):
 @pytest.mark.slow
 def test_moe_records_routes_and_the_learner_replays_them(tmp_path, monkeypatch):
     seen = []
-    make_batch = system.make_batch
+    make_batch = runstate.make_batch
 
     def spy(*a, **k):
         arrays, bm = make_batch(*a, **k)
         seen.append(None if "routes" not in arrays else np.asarray(arrays["routes"]).shape)
         return arrays, bm
 
-    monkeypatch.setattr(system, "make_batch", spy)
+    monkeypatch.setattr(runstate, "make_batch", spy)
     cfg = _load("moe")
     summary, rows = _train("moe", tmp_path)
     layers, k = 1, cfg.model.n_experts_per_token

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from agentjax import system
+from agentjax import runstate, system
 from agentjax.learner.journal import Journal
 
 
@@ -83,17 +83,17 @@ def test_decoupled_ppo_minibatches_move_the_update_ratio(tmp_path):
 @pytest.mark.slow
 def test_advantage_estimators_differ_on_the_same_first_batch(tmp_path, monkeypatch):
     seen = {}
-    make_batch = system.make_batch
+    make_batch = runstate.make_batch
 
     def spy(trajs, *a, **k):
         arrays, bm = make_batch(trajs, *a, **k)
         seen.setdefault(k["advantage"], (list(k["rewards"]), arrays["advantages"].copy()))
         return arrays, bm
 
-    monkeypatch.setattr(system, "make_batch", spy)
+    monkeypatch.setattr(runstate, "make_batch", spy)
     # a smoke policy fails every task (all verdict rewards 0, no group has a signal): give the
     # batch rewards that vary within groups, a function of each trajectory's own tokens
-    monkeypatch.setattr(system.loopparts, "batch_rewards",
+    monkeypatch.setattr(runstate.loopparts, "batch_rewards",
                         lambda run, trajs: [float(t.num_action_tokens % 3) for t in trajs])
     for est in ("group_std", "dr_grpo", "rloo"):
         _train(_config("default", steps=1, loss__advantage=est), tmp_path / est)

@@ -25,12 +25,15 @@ ALLOWED = {
     "runconfig": {"policy", "sampling", "learner", "envs", "objectives", "sharding", "trajectory",
                   "configcheck", "tasks", "runsections", "loopparts"},
     "report": {"diagnostics", "trajectory"},
-    "system": {"runconfig", "policy", "sampling", "learner", "envs", "objectives", "sharding",
-               "diagnostics", "trajectory", "report", "tasks", "loopparts", "runsections"},
-    "evaluation": {"runconfig", "system", "policy", "sampling", "learner", "envs", "diagnostics",
+    "runstate": {"runconfig", "policy", "sampling", "learner", "envs", "objectives", "sharding",
+                 "diagnostics", "trajectory", "tasks", "loopparts", "runsections"},
+    "workdir": {"runconfig", "runstate", "learner", "sampling", "diagnostics", "loopparts"},
+    "system": {"runconfig", "runstate", "workdir", "policy", "sampling", "learner", "envs", "objectives",
+               "sharding", "diagnostics", "trajectory", "report", "tasks", "loopparts", "runsections"},
+    "evaluation": {"runconfig", "system", "runstate", "policy", "sampling", "learner", "envs", "diagnostics",
                    "tasks"},
     "testing": {"trajectory", "objectives", "policy", "envs", "sharding", "sampling", "learner",
-                "diagnostics", "runconfig", "system", "evaluation", "tasks"},
+                "diagnostics", "runconfig", "runstate", "workdir", "system", "evaluation", "tasks"},
 }  # fmt: skip
 
 

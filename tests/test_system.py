@@ -123,6 +123,7 @@ def jax_leaves(tree):
     return jax.tree.leaves(tree)
 
 
+@pytest.mark.slow
 def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
     """A sampler that syncs every 2 steps samples with weights of even versions only; tokens
     record those versions, not the scheduler's newer one."""
@@ -144,6 +145,7 @@ def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
     assert max(versions) >= 2
 
 
+@pytest.mark.slow
 def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
     """loss.advantage='gae' (separate critic, truncation bootstrap) with KL to the frozen warm
     start: both losses reach the metrics, and a run stopped at step 2 and resumed (reference
@@ -198,7 +200,8 @@ def _files(wd):
 
 
 def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(reference):
-    from agentjax import runconfig, system
+    from agentjax import runconfig
+    from agentjax import workdir as files
 
     wd, _ = reference
     ckdir = os.path.join(wd, "checkpoints")
@@ -206,7 +209,7 @@ def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(referen
     snaps = sorted(n for n in os.listdir(ckdir) if n.startswith("scheduler_"))
     assert snaps == ["scheduler_10.json", "scheduler_12.json"]  # pruned with their checkpoints
     meta = ckpt.restore_checkpoint(ckdir, step=12).metadata
-    assert meta["config"] == system.config_record(runconfig.parse(_smoke()))
+    assert meta["config"] == files.config_record(runconfig.parse(_smoke()))
     assert meta["config"]["seed"] == 0 and meta["journaled"] > 0
 
 

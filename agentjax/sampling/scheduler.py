@@ -361,6 +361,11 @@ class Scheduler:
                 self._on_round(self.running.pop(ticket), result)
         return self
 
+    def finished_trajectories(self, *, include_paused: bool = False) -> list[tuple[int, Any]]:
+        """``(submit index, trajectory)`` of the episodes this scheduler holds, in submission order:
+        those that finished, or with ``include_paused`` also those paused mid-round."""
+        return [(i, t) for i, t in sorted(self.traj.items()) if include_paused or i not in self.paused]
+
     def finish(self) -> RunLog:
         """Cancels everything in flight or queued ("shutdown") and returns the log."""
         self._shutdown()

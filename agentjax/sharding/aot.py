@@ -53,6 +53,7 @@ from agentjax.sharding.topology import (  # noqa: F401  (re-exported)
     chip_hbm_bytes,
     disaggregated_devices,
     half_topology,
+    offline_compile_setup,
     resolve_mesh_shape,
     split_devices,
     topology_devices,
@@ -61,7 +62,7 @@ from agentjax.sharding.topology import (  # noqa: F401  (re-exported)
 
 # The learner program compiled for pods: the default objective (GRPO) and consistency filter
 # (IcePop) with the KL penalty on, so the reference policy's parameters are resident and scored.
-POD_LOSS = LossConfig(kl_coef=1e-3)
+POD_LOSS = LossConfig(kl_coef=1e-3, filter_ratio="total")  # IcePop on the total ratio, as the default run
 
 
 # --- Placements: colocated (one mesh, shared parameters) and disaggregated (disjoint slices). ---

@@ -37,8 +37,7 @@ class TopologyUnavailable(RuntimeError):
 def topology_devices(name: str) -> list:
     """The abstract devices (one per chip) of TPU topology ``name``, e.g. ``"v5e:16x16"``."""
     # libtpu takes /tmp/libtpu_lockfile for the process's lifetime; abstract topologies do not
-    # need the TPU, so let other processes' libtpu coexist with ours.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    # need the TPU: entry points set ALLOW_MULTIPLE_LIBTPU_LOAD=1 (see ``offline_compile_setup``).
     try:
         from jax.experimental import topologies
 
@@ -118,3 +117,14 @@ def disaggregated_devices(topology: str) -> tuple[list, list, str]:
 def topology_mesh(devices: Sequence, shape: Mapping[str, int]) -> Mesh:
     """A :func:`make_mesh` mesh over ``devices``; one axis may be ``-1`` (the rest)."""
     return make_mesh(resolve_mesh_shape(shape, len(devices)), devices)
+
+
+def offline_compile_setup() -> None:
+    """Process setup for compiling TPU programs on a host without a TPU; call it from an entry
+    point's ``main`` before any compilation (the library never changes process state itself):
+    other processes' libtpu may coexist with ours, and executables for abstract devices stay out
+    of the persistent compilation cache (they cannot be loaded back)."""
+    import jax  # noqa: PLC0415
+
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    jax.config.update("jax_enable_compilation_cache", False)

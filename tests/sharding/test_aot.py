@@ -21,6 +21,19 @@ WORK = aot.Workload(train_batch=8, train_seq=32, sample_batch=8, prompt_len=16, 
 TINY_PER_CHIP = 21120
 
 
+@pytest.fixture(scope="module", autouse=True)
+def offline_compile():
+    """As the entry points do at start (aot.offline_compile_setup), for this module only."""
+    import os
+
+    env, cache = os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD"), jax.config.jax_enable_compilation_cache
+    aot.offline_compile_setup()
+    yield
+    jax.config.update("jax_enable_compilation_cache", cache)
+    if env is None:
+        os.environ.pop("ALLOW_MULTIPLE_LIBTPU_LOAD", None)
+
+
 @pytest.fixture(scope="module")
 def devices():
     try:

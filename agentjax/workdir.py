@@ -1,0 +1,97 @@
+"""A run's files in its workdir: metrics rows, atomic writes, the stored config, and the resume
+that reconciles checkpoint, scheduler snapshot, metrics and journal before changing anything."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from agentjax import loopparts, runconfig
+from agentjax.diagnostics import tbevents
+from agentjax.learner import checkpoint as ckpt
+from agentjax.learner import resume as durable
+from agentjax.learner.step import init_train_state
+from agentjax.runstate import RunState, task_dataset
+from agentjax.sampling import snapshot
+from agentjax.sampling.scheduler import Scheduler
+from agentjax.sampling.worker import BatchingExecutor
+
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tbevents.write_rows(os.path.join(os.path.dirname(path), "tb"), rows)  # TensorBoard scalars
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def config_record(run: runconfig.RunConfig) -> dict:
+    """The parsed run config as JSON (stored with every checkpoint; --resume compares it)."""
+    return json.loads(json.dumps(dataclasses.asdict(run), default=str))
+
+
+def snapshot_intact(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            snapshot.loads(f.read(), source=path)
+        return True
+    except (OSError, snapshot.SnapshotError):
+        return False
+
+
+def resume_run(r: RunState, params0, ckdir: str):
+    """Restores the newest checkpoint after checking that everything agrees (see
+    :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it."""
+    run, log = r.parts.run, r.log
+    steps = ckpt.all_steps(ckdir)
+    if not steps:
+        raise ckpt.CheckpointError(f"--resume: no checkpoint under {ckdir}")
+    step = steps[-1]
+    restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, r.tx, run.seed), step=step)
+    meta = restored.metadata
+    durable.check_config(meta.get("config"), config_record(run), f"checkpoint step {step} ({ckdir})")
+    path = durable.snapshot_path(ckdir, step)
+    tasks = iter(task_dataset(r.parts))
+    tasks.set_state(meta["data_iterator"])
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+        scheduler = Scheduler.restore(blob, tasks, r.worker, r.learner, skip_drawn=False,
+                                      executor=BatchingExecutor(), source=path,
+                                      retry=loopparts.retry_policy(run))
+    except (OSError, snapshot.SnapshotError) as e:
+        hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
+        raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
+    text, torn = durable.metrics_lines(r.metrics_path, step)
+    scan = r.journal.scan()
+    if len(scan.records) < meta["journaled"]:
+        raise ckpt.CheckpointError(
+            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
+            f"records but the checkpoint journaled {meta['journaled']}: committed trajectories "
+            "were lost; start a new --workdir")
+    # Everything agrees: cut what was written after the checkpoint (and any torn tail).
+    with open(r.metrics_path) as f:
+        if f.read() != text:
+            atomic_write(r.metrics_path, text.encode())
+    if torn:
+        log(f"repaired {r.metrics_path}: dropped a torn last line")
+    if scan.torn:
+        log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
+    r.journal.truncate(meta["journaled"])
+    r.journal_count = meta["journaled"]
+    r.state = restored.state
+    evals = [json.loads(ln) for ln in text.splitlines()]
+    evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
+    log(f"resumed from step {step} ({ckdir})")
+    return meta["header"], scheduler, tasks, (evals[-1] if evals else None)
