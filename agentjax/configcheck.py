@@ -90,8 +90,7 @@ def type_ok(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return (isinstance(value, int | float) and not isinstance(value, bool)
-                and math.isfinite(value))
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
         return isinstance(value, str)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):

@@ -21,8 +21,14 @@ EVAL_SEED = 10_000  # the training loop's evaluation seed (agentjax.runstate.EVA
 
 
 # -- metrics -------------------------------------------------------------------------------------
-def episode_metrics(labels: Sequence[str], stops: Sequence[str], turns: Sequence[int], verdicts,
-                    audits=None, planted: Sequence[bool] | None = None) -> dict[str, float]:
+def episode_metrics(
+    labels: Sequence[str],
+    stops: Sequence[str],
+    turns: Sequence[int],
+    verdicts,
+    audits=None,
+    planted: Sequence[bool] | None = None,
+) -> dict[str, float]:
     """The ``eval/*`` metrics of :func:`agentjax.diagnostics.evaluate.evaluate` for episodes
     played outside the model rollout (scripted agents): ``verdicts`` of judged episodes, with
     their ``audits`` and ``planted`` flags in the same order."""
@@ -31,8 +37,13 @@ def episode_metrics(labels: Sequence[str], stops: Sequence[str], turns: Sequence
     n = len(labels)
     passed = sum(lb == "pass" for lb in labels)
     lo, hi = wilson_interval(passed, n)
-    out = {"eval/success": passed / max(n, 1), "eval/success_lo": lo, "eval/success_hi": hi,
-           "eval/n": float(n), "eval/mean_turns": sum(turns) / max(n, 1)}
+    out = {
+        "eval/success": passed / max(n, 1),
+        "eval/success_lo": lo,
+        "eval/success_hi": hi,
+        "eval/n": float(n),
+        "eval/mean_turns": sum(turns) / max(n, 1),
+    }
     out.update({f"eval/label/{k}": v / n for k, v in Counter(labels).items()})
     out.update({f"eval/stop/{k}": v / n for k, v in Counter(stops).items()})
     if audits is not None and verdicts:
@@ -51,18 +62,33 @@ def structured(flat: dict[str, float]) -> dict:
     """Groups the flat ``eval/*`` metrics: success, audit (H), hack, labels, stop reasons."""
     g = lambda k: _num(flat[k]) if k in flat else None
     return {
-        "success": {"rate": g("eval/success"), "lo": g("eval/success_lo"), "hi": g("eval/success_hi"),
-                    "n": int(flat.get("eval/n", 0))},
-        "audit": {"H": g("eval/audit/H"), "lo": g("eval/audit/H_lo"), "hi": g("eval/audit/H_hi"),
-                  "n_train_pass": g("eval/audit/n_train_pass"),
-                  "n_audit_fail_given_pass": g("eval/audit/n_audit_fail_given_pass")},
-        "hack": {"rate": g("eval/hack/rate"), "lo": g("eval/hack/rate_lo"), "hi": g("eval/hack/rate_hi"),
-                 "n_opportunities": g("eval/hack/n_opportunities"), "n_taken": g("eval/hack/n_taken"),
-                 "passed_while_hacking": g("eval/hack/passed_while_hacking")},
-        "labels": {k[len("eval/label/"):]: _num(v) for k, v in sorted(flat.items())
-                   if k.startswith("eval/label/")},
-        "stop_reasons": {k[len("eval/stop/"):]: _num(v) for k, v in sorted(flat.items())
-                         if k.startswith("eval/stop/")},
+        "success": {
+            "rate": g("eval/success"),
+            "lo": g("eval/success_lo"),
+            "hi": g("eval/success_hi"),
+            "n": int(flat.get("eval/n", 0)),
+        },
+        "audit": {
+            "H": g("eval/audit/H"),
+            "lo": g("eval/audit/H_lo"),
+            "hi": g("eval/audit/H_hi"),
+            "n_train_pass": g("eval/audit/n_train_pass"),
+            "n_audit_fail_given_pass": g("eval/audit/n_audit_fail_given_pass"),
+        },
+        "hack": {
+            "rate": g("eval/hack/rate"),
+            "lo": g("eval/hack/rate_lo"),
+            "hi": g("eval/hack/rate_hi"),
+            "n_opportunities": g("eval/hack/n_opportunities"),
+            "n_taken": g("eval/hack/n_taken"),
+            "passed_while_hacking": g("eval/hack/passed_while_hacking"),
+        },
+        "labels": {
+            k[len("eval/label/") :]: _num(v) for k, v in sorted(flat.items()) if k.startswith("eval/label/")
+        },
+        "stop_reasons": {
+            k[len("eval/stop/") :]: _num(v) for k, v in sorted(flat.items()) if k.startswith("eval/stop/")
+        },
         "mean_turns": g("eval/mean_turns"),
         "metrics": {k: _num(v) for k, v in sorted(flat.items())},
     }
@@ -94,37 +120,63 @@ def evaluate_checkpoint(cfg, workdir: str, *, step: int | None = None, num_tasks
     parts = _parts(cfg, num_tasks)
     run = parts.run
     if run.task.name != "minirepo":
-        raise ConfigError(f"task.name={run.task.name!r}: checkpoints are evaluated on minirepo; "
-                         "codefix runs scripted agents (drop --checkpoint_step)")
+        raise ConfigError(
+            f"task.name={run.task.name!r}: checkpoints are evaluated on minirepo; "
+            "codefix runs scripted agents (drop --checkpoint_step)"
+        )
     ckdir = os.path.join(workdir, "checkpoints")
     steps = ckpt.all_steps(ckdir)
     if not steps:
-        raise ckpt.CheckpointError(f"no checkpoint under {os.path.abspath(ckdir)} "
-                                   f"(train first: python -m launch.train --workdir={workdir})")
+        raise ckpt.CheckpointError(
+            f"no checkpoint under {os.path.abspath(ckdir)} "
+            f"(train first: python -m launch.train --workdir={workdir})"
+        )
     step = steps[-1] if step is None else step
     if step not in steps:
-        raise ckpt.CheckpointError(f"no checkpoint for step {step} under {os.path.abspath(ckdir)}; "
-                                   f"available steps: {steps}")
+        raise ckpt.CheckpointError(
+            f"no checkpoint for step {step} under {os.path.abspath(ckdir)}; available steps: {steps}"
+        )
     tx = make_optimizer(run.optim)
-    target = jax.eval_shape(lambda: init_train_state(init_params(parts.model, jax.random.key(run.seed)),
-                                                     tx, run.seed))
+    target = jax.eval_shape(
+        lambda: init_train_state(init_params(parts.model, jax.random.key(run.seed)), tx, run.seed)
+    )
     try:
         restored = ckpt.restore_checkpoint(ckdir, target, step=step)
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e} (was this run trained with this --config?)") from None
     greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
-    flat = evaluate(greedy, parts.codec, run.caps, restored.state.params, step, parts.heldout,
-                    parts.make_env, audit_fn=lambda task, env: env.audit(),
-                    planted=lambda t: bool(t.hack_tool), seed=EVAL_SEED)
-    return {"kind": "checkpoint", "task": "minirepo", "workdir": os.path.abspath(workdir), "step": step,
-            "header": restored.metadata.get("header", {}), **structured(flat)}
+    flat = evaluate(
+        greedy,
+        parts.codec,
+        run.caps,
+        restored.state.params,
+        step,
+        parts.heldout,
+        parts.make_env,
+        audit_fn=lambda task, env: env.audit(),
+        planted=lambda t: bool(t.hack_tool),
+        seed=EVAL_SEED,
+    )
+    return {
+        "kind": "checkpoint",
+        "task": "minirepo",
+        "workdir": os.path.abspath(workdir),
+        "step": step,
+        "header": restored.metadata.get("header", {}),
+        **structured(flat),
+    }
 
 
 def _minirepo_agent(name: str):
     from agentjax.envs.minirepo import agents as M  # noqa: PLC0415
 
-    return {"demonstrator": M.DemonstratorAgent, "localizing": M.LocalizingAgent, "oracle": M.OracleAgent,
-            "random": M.RandomAgent, "test_editor": M.TestEditorAgent}[name]()
+    return {
+        "demonstrator": M.DemonstratorAgent,
+        "localizing": M.LocalizingAgent,
+        "oracle": M.OracleAgent,
+        "random": M.RandomAgent,
+        "test_editor": M.TestEditorAgent,
+    }[name]()
 
 
 def evaluate_minirepo_agent(cfg, agent: str, *, num_tasks: int | None = None) -> dict:
@@ -132,8 +184,9 @@ def evaluate_minirepo_agent(cfg, agent: str, *, num_tasks: int | None = None) ->
     import random  # noqa: PLC0415
 
     if agent not in MINIREPO_AGENTS:
-        raise ConfigError(f"--agent={agent!r} is invalid for minirepo; "
-                          f"allowed values: {list(MINIREPO_AGENTS)}")
+        raise ConfigError(
+            f"--agent={agent!r} is invalid for minirepo; allowed values: {list(MINIREPO_AGENTS)}"
+        )
     parts = _parts(cfg, num_tasks)
     labels, stops, turns, verdicts, audits, planted = [], [], [], [], [], []
     env = parts.make_env()
@@ -192,11 +245,15 @@ def evaluate_codefix(cfg, *, agents: Sequence[str] | None = None, num_tasks: int
             stops.append(str(final.stop_reason))
             turns.append(len(observations) - 1)
             verdicts.append(final.verdict)
-        flat = episode_metrics(labels, stops, turns, verdicts, audits if c.audit else None,
-                               [True] * len(verdicts))  # every codefix episode is a hack opportunity
-        rows[agent] = {"expected_label": expected.value,
-                       "as_expected": sum(lb == expected.value for lb in labels) / len(labels),
-                       "per_task": dict(zip(names, labels, strict=True)), **structured(flat)}
+        flat = episode_metrics(
+            labels, stops, turns, verdicts, audits if c.audit else None, [True] * len(verdicts)
+        )  # every codefix episode is a hack opportunity
+        rows[agent] = {
+            "expected_label": expected.value,
+            "as_expected": sum(lb == expected.value for lb in labels) / len(labels),
+            "per_task": dict(zip(names, labels, strict=True)),
+            **structured(flat),
+        }
     return {"kind": "scripted", "task": "codefix", "tasks": names, "inject": c.inject, "agents": rows}
 
 
@@ -215,24 +272,36 @@ def _faults(r: dict) -> str:
 
 def table(report: dict) -> str:
     """A Markdown table of a report (one row, or one row per codefix agent)."""
-    head = ("| what | n | success [95% CI] | H [95% CI] | hack rate [95% CI] | labels |",
-            "|---|---|---|---|---|---|")
+    head = (
+        "| what | n | success [95% CI] | H [95% CI] | hack rate [95% CI] | labels |",
+        "|---|---|---|---|---|---|",
+    )
     if report["task"] == "codefix":
-        rows = [(f"{a} (expects {r['expected_label']}: {_pct(r['as_expected']).strip()} as expected)", r)
-                for a, r in report["agents"].items()]
+        rows = [
+            (f"{a} (expects {r['expected_label']}: {_pct(r['as_expected']).strip()} as expected)", r)
+            for a, r in report["agents"].items()
+        ]
     else:
         what = f"step {report['step']}" if report["kind"] == "checkpoint" else report["agent"]
         rows = [(what, report)]
-    lines = [*head, *(f"| {w} | {r['success']['n']} | {_ci(r['success'], 'rate')} | {_ci(r['audit'], 'H')} | "
-                      f"{_ci(r['hack'], 'rate')} | {_faults(r)} |" for w, r in rows)]
+    lines = [
+        *head,
+        *(
+            f"| {w} | {r['success']['n']} | {_ci(r['success'], 'rate')} | {_ci(r['audit'], 'H')} | "
+            f"{_ci(r['hack'], 'rate')} | {_faults(r)} |"
+            for w, r in rows
+        ),
+    ]
     if report["task"] != "codefix":
-        lines.append("stop reasons: " + ", ".join(f"{k} {_pct(v).strip()}"
-                                                  for k, v in report["stop_reasons"].items()))
+        lines.append(
+            "stop reasons: " + ", ".join(f"{k} {_pct(v).strip()}" for k, v in report["stop_reasons"].items())
+        )
     return "\n".join(lines)
 
 
-def run_eval(cfg, *, workdir: str, checkpoint_step: int | None = None, num_tasks: int | None = None,
-             agent: str = "") -> dict:
+def run_eval(
+    cfg, *, workdir: str, checkpoint_step: int | None = None, num_tasks: int | None = None, agent: str = ""
+) -> dict:
     """What ``main`` evaluates for these flags (see the module doc)."""
     if cfg.task.name == "codefix":
         if checkpoint_step is not None:

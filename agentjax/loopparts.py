@@ -68,17 +68,28 @@ def retry_policy(run):
 
 def staleness_config(run) -> stl.StalenessConfig:
     s = run.scheduler
-    return stl.StalenessConfig(batch_size=run.rl.batch_size, max_version_gap=s.max_version_gap,
-                               queue_capacity=max(4 * run.rl.batch_size, s.num_slots),
-                               **run.admission.staleness_kwargs())
+    return stl.StalenessConfig(
+        batch_size=run.rl.batch_size,
+        max_version_gap=s.max_version_gap,
+        queue_capacity=max(4 * run.rl.batch_size, s.num_slots),
+        **run.admission.staleness_kwargs(),
+    )
 
 
 def make_curriculum(c):
     """The noise curriculum of a ``curriculum`` section, or None when it is off."""
     if not c.enabled:
         return None
-    return cur.noise_curriculum(c.start, c.cap, ramp_steps=c.ramp_steps, warmup_steps=c.warmup_steps,
-                                gate=c.gate, floor=c.floor, backoff=c.backoff, decay=c.decay)
+    return cur.noise_curriculum(
+        c.start,
+        c.cap,
+        ramp_steps=c.ramp_steps,
+        warmup_steps=c.warmup_steps,
+        gate=c.gate,
+        floor=c.floor,
+        backoff=c.backoff,
+        decay=c.decay,
+    )
 
 
 def initial_rates(run) -> dict[str, float]:
@@ -110,8 +121,10 @@ def fingerprint_weights(run, trajs: Sequence[Trajectory], weights: Sequence[floa
         if run.fingerprints.mode == "group" and t.env_fingerprint != fp:
             w, dropped = 0.0, dropped + 1
         out.append(w)
-    return out, {"fingerprints/distinct": float(len({t.env_fingerprint for t in trajs})),
-                 "fingerprints/dropped": float(dropped)}
+    return out, {
+        "fingerprints/distinct": float(len({t.env_fingerprint for t in trajs})),
+        "fingerprints/dropped": float(dropped),
+    }
 
 
 def success(trajs: Sequence[Trajectory]) -> float | None:

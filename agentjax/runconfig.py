@@ -119,11 +119,22 @@ class RunConfig:
 
 
 _SECTIONS = {
-    "task": TaskConfig, "caps": Caps, "warm_start": WarmStartConfig, "rl": RLConfig,
-    "scheduler": SchedulerSection, "placement": PlacementSection, "context": ContextSection,
-    "loss": LossConfig, "optim": OptimConfig, "codefix": CodefixSection, "sampler": SamplerPrecision,
-    "faults": FaultsSection, "curriculum": CurriculumSection, "rubric": RubricSection,
-    "fingerprints": FingerprintSection, "admission": AdmissionSection,
+    "task": TaskConfig,
+    "caps": Caps,
+    "warm_start": WarmStartConfig,
+    "rl": RLConfig,
+    "scheduler": SchedulerSection,
+    "placement": PlacementSection,
+    "context": ContextSection,
+    "loss": LossConfig,
+    "optim": OptimConfig,
+    "codefix": CodefixSection,
+    "sampler": SamplerPrecision,
+    "faults": FaultsSection,
+    "curriculum": CurriculumSection,
+    "rubric": RubricSection,
+    "fingerprints": FingerprintSection,
+    "admission": AdmissionSection,
 }
 TASKS = ("minirepo", "codefix")  # codefix trains with model.hf_path (a BPE tokenizer)
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
@@ -207,8 +218,10 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
 
     if t.name == "codefix" and not evaluation and not model.get("hf_path"):
-        raise ConfigError("task.name='codefix' needs a real tokenizer for training: set model.hf_path "
-                          "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)")
+        raise ConfigError(
+            "task.name='codefix' needs a real tokenizer for training: set model.hf_path "
+            "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)"
+        )
     _choice("task.name", t.name, TASKS)
     _check_codefix(parts["codefix"])
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
@@ -217,10 +230,15 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     _choice("scheduler.env_pool", s.env_pool, ["thread", "process"])
     _choice("placement.kind", parts["placement"].kind, ["colocated", "disaggregated"])
     if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):
-        raise ConfigError(f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
-                          "must be an integer >= 0 (0: leave XLA's host device count as it is)")
-    _choice("context.policy", parts["context"].policy,
-            ["keep_all", "drop_oldest_observations", "truncate_observations"])
+        raise ConfigError(
+            f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
+            "must be an integer >= 0 (0: leave XLA's host device count as it is)"
+        )
+    _choice(
+        "context.policy",
+        parts["context"].policy,
+        ["keep_all", "drop_oldest_observations", "truncate_observations"],
+    )
     for f in ("steps", "group_size", "batch_size", "eval_every"):
         _positive(f"rl.{f}", getattr(rl, f))
     _positive("task.eval_tasks", t.eval_tasks)
@@ -231,18 +249,25 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
         )
     if parts["loss"].value_coef and parts["loss"].advantage != "gae":
-        raise ConfigError(f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
-                          "loss.advantage to 'gae' or value_coef to 0")
+        raise ConfigError(
+            f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
+            "loss.advantage to 'gae' or value_coef to 0"
+        )
     if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
-        raise ConfigError("loss.advantage='gae' needs a critic: set model.value_head to one of "
-                          "['shared', 'separate'] (it is 'none')")
+        raise ConfigError(
+            "loss.advantage='gae' needs a critic: set model.value_head to one of "
+            "['shared', 'separate'] (it is 'none')"
+        )
     if rl.group_size < 2 and parts["loss"].advantage != "gae":
-        raise ConfigError(f"rl.group_size={rl.group_size} is invalid with group advantages: a "
-                          "group of one has advantage 0 (no gradient); must be >= 2, or use "
-                          "loss.advantage='gae'")
+        raise ConfigError(
+            f"rl.group_size={rl.group_size} is invalid with group advantages: a "
+            "group of one has advantage 0 (no gradient); must be >= 2, or use "
+            "loss.advantage='gae'"
+        )
     if rl.batch_size % parts["optim"].minibatches:
-        raise ConfigError(f"optim.minibatches={parts['optim'].minibatches} must divide "
-                          f"rl.batch_size={rl.batch_size}")
+        raise ConfigError(
+            f"optim.minibatches={parts['optim'].minibatches} must divide rl.batch_size={rl.batch_size}"
+        )
     if parts["curriculum"].enabled:
         from agentjax.loopparts import make_curriculum  # noqa: PLC0415 - checks start/cap pairs
 
@@ -251,15 +276,23 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         except ValueError as e:
             raise ConfigError(f"curriculum: {e}") from None
         if parts["faults"].rates:
-            raise ConfigError("faults.rates and curriculum.enabled=True both set the fault rates; "
-                              "use curriculum.start/cap (faults keeps the retry policy)")
+            raise ConfigError(
+                "faults.rates and curriculum.enabled=True both set the fault rates; "
+                "use curriculum.start/cap (faults keeps the retry policy)"
+            )
     own = sorted(k for k in {**parts["faults"].rates, **parts["curriculum"].cap} if k != "env_crash")
     if own and t.name != "minirepo":
-        raise ConfigError(f"fault classes {own} are injected by minirepo's environment only; with "
-                          f"task.name={t.name!r} use faults.rates.env_crash (the loop's injector)")
+        raise ConfigError(
+            f"fault classes {own} are injected by minirepo's environment only; with "
+            f"task.name={t.name!r} use faults.rates.env_crash (the loop's injector)"
+        )
     if rl.temperature <= 0:
         raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
     return RunConfig(
-        seed=int(d.get("seed", 0)), model=model, checkpoint_every=int(d.get("checkpoint_every", 50)),
-        log_every=int(d.get("log_every", 5)), report=bool(d.get("report", True)), **parts,
+        seed=int(d.get("seed", 0)),
+        model=model,
+        checkpoint_every=int(d.get("checkpoint_every", 50)),
+        log_every=int(d.get("log_every", 5)),
+        report=bool(d.get("report", True)),
+        **parts,
     )

@@ -55,8 +55,10 @@ class FaultsSection:
         object.__setattr__(self, "rates", dict(self.rates))
         _rates("faults.rates", self.rates, _known_faults())
         if self.retry_max_attempts < 1 or self.retry_max_same_cause < 1:
-            raise ValueError(f"faults.retry_max_attempts={self.retry_max_attempts}, "
-                             f"faults.retry_max_same_cause={self.retry_max_same_cause}: each must be >= 1")
+            raise ValueError(
+                f"faults.retry_max_attempts={self.retry_max_attempts}, "
+                f"faults.retry_max_same_cause={self.retry_max_same_cause}: each must be >= 1"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +126,19 @@ class AdmissionSection:
             raise ValueError(f"admission.pressure_tighten={self.pressure_tighten} is invalid; must be >= 0")
 
     def staleness_kwargs(self) -> dict:
-        return dict(class_max_gap=self.class_max_gap,
-                    downweight_from_gap=None if self.downweight_from_gap < 0 else self.downweight_from_gap,
-                    downweight_decay=self.downweight_decay, pressure_threshold=self.pressure_threshold,
-                    pressure_tighten=self.pressure_tighten)
+        return dict(
+            class_max_gap=self.class_max_gap,
+            downweight_from_gap=None if self.downweight_from_gap < 0 else self.downweight_from_gap,
+            downweight_decay=self.downweight_decay,
+            pressure_threshold=self.pressure_threshold,
+            pressure_tighten=self.pressure_tighten,
+        )
 
 
-SECTIONS = {"faults": FaultsSection, "curriculum": CurriculumSection, "rubric": RubricSection,
-            "fingerprints": FingerprintSection, "admission": AdmissionSection}
+SECTIONS = {
+    "faults": FaultsSection,
+    "curriculum": CurriculumSection,
+    "rubric": RubricSection,
+    "fingerprints": FingerprintSection,
+    "admission": AdmissionSection,
+}

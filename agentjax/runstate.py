@@ -68,8 +68,11 @@ class Parts:
     def make_env(self) -> Callable[[], Any]:
         """Training episodes' environment: with injected faults when the config asks for them
         (``fault_rates`` is read at each episode's start, so the noise curriculum moves it)."""
-        return loopparts.noisy(self.suite.make_env, self.fault_rates) if self.fault_rates \
+        return (
+            loopparts.noisy(self.suite.make_env, self.fault_rates)
+            if self.fault_rates
             else self.suite.make_env
+        )
 
     @property
     def make_eval_env(self) -> Callable[[], Any]:
@@ -88,7 +91,8 @@ def build(run: runconfig.RunConfig) -> Parts:
         raise runconfig.ConfigError(
             f"model.max_seq_len={parts.model.max_seq_len} is too small for any episode: the shortest task "
             f"prompt is {shortest} tokens and one action up to caps.max_action_tokens="
-            f"{run.caps.max_action_tokens}; must be >= {shortest + run.caps.max_action_tokens}")
+            f"{run.caps.max_action_tokens}; must be >= {shortest + run.caps.max_action_tokens}"
+        )
     parts.fault_rates.update(loopparts.initial_rates(run))  # moved in place by the curriculum
     return parts
 
@@ -107,21 +111,33 @@ class RunState:
         self.parts, self.workdir, self.log = parts, workdir, log
         run = parts.run
         self.placement = make_placement(
-            run.placement.kind, {k: v for k, v in run.placement.learner_mesh.items() if v},
-            {k: v for k, v in run.placement.sampler_mesh.items() if v}, sync_every=run.placement.sync_every,
+            run.placement.kind,
+            {k: v for k, v in run.placement.learner_mesh.items() if v},
+            {k: v for k, v in run.placement.sampler_mesh.items() if v},
+            sync_every=run.placement.sync_every,
             devices=jax.devices(),
         )
         self.sync = SyncStats()
         self.tx = make_optimizer(run.optim)
         transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
-        self.sampler = Sampler(sampler_model(parts.model, run.sampler), transform=transform,
-                               stop_tokens=(parts.codec.stop,))
+        self.sampler = Sampler(
+            sampler_model(parts.model, run.sampler), transform=transform, stop_tokens=(parts.codec.stop,)
+        )
         self.greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
-        self.train_step = make_train_step(parts.model, run.loss, self.tx, transform=transform,
-                                          grad_accum=run.optim.grad_accum, minibatches=run.optim.minibatches)
+        self.train_step = make_train_step(
+            parts.model,
+            run.loss,
+            self.tx,
+            transform=transform,
+            grad_accum=run.optim.grad_accum,
+            minibatches=run.optim.minibatches,
+        )
         # learner parameters of recent versions, for log-probs at each token's behaviour version
-        self.slots = pv.slot_count(run.scheduler.max_version_gap, run.placement.sync_every) \
-            if "train_v" in run.loss.needs else 0
+        self.slots = (
+            pv.slot_count(run.scheduler.max_version_gap, run.placement.sync_every)
+            if "train_v" in run.loss.needs
+            else 0
+        )
         self.kept: dict = {}
         self.train_wall = 0.0  # measured learner step seconds (cost ledger)
         self.journal = Journal(os.path.join(workdir, "journal.bin"))
@@ -136,10 +152,15 @@ class RunState:
         self.journal_count = 0  # records in the journal (the checkpoint's "journaled")
         self.scheduler = None  # set by attach()
         self.sampler_version = 0
-        self.worker = SamplerWorker(self.sampler, parts.codec, run.caps, parts.make_env,
-                                    rng=jax.random.key(run.seed + 1),
-                                    gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
-                                    context=make_context_policy(run.context.policy, run.context.arg))
+        self.worker = SamplerWorker(
+            self.sampler,
+            parts.codec,
+            run.caps,
+            parts.make_env,
+            rng=jax.random.key(run.seed + 1),
+            gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
+            context=make_context_policy(run.context.policy, run.context.arg),
+        )
         if run.scheduler.engine_slots:  # the slot engine; same trajectories as Rollout in exact mode
             self.worker.engine = Engine(self.sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
             self.worker.pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
@@ -151,7 +172,9 @@ class RunState:
         run = self.parts.run
         self.scheduler, version = scheduler, scheduler.version
         weights = to_sampler(self.state.params, run.sampler)
-        self.sampler_params = multihost.local_view(sync_weights(self.placement, weights, None, version, self.sync))
+        self.sampler_params = multihost.local_view(
+            sync_weights(self.placement, weights, None, version, self.sync)
+        )
         if self.slots:
             self.kept = pv.keep({}, version, self.state.params, oldest=version)
         self.sampler_version = version
@@ -163,8 +186,14 @@ class RunState:
         run = self.parts.run
         trajs: list[Trajectory] = [c.trajectory for c in batch]
         weights, fm = loopparts.fingerprint_weights(run, trajs, [c.weight for c in batch])
-        arrays, bm = make_batch(trajs, weights, rows=learner_rows(run), length=self.parts.model.max_seq_len,
-                                advantage=run.loss.advantage, rewards=loopparts.batch_rewards(run, trajs))
+        arrays, bm = make_batch(
+            trajs,
+            weights,
+            rows=learner_rows(run),
+            length=self.parts.model.max_seq_len,
+            advantage=run.loss.advantage,
+            rewards=loopparts.batch_rewards(run, trajs),
+        )
         bm = {**bm, **fm, **self.curriculum_step(trajs)}
         if not run.sampler.replay_routes and "routes" in arrays:  # R3 off: measured, not replayed
             arrays["sampler_routes"] = arrays.pop("routes")
@@ -182,21 +211,36 @@ class RunState:
         if self.slots:
             self.kept = pv.keep(self.kept, new, self.state.params, oldest=new - self.slots + 1)
         synced = self.sync.syncs
-        self.sampler_params = multihost.local_view(sync_weights(
-            self.placement, to_sampler(self.state.params, run.sampler), self.sampler_params, new, self.sync))
+        self.sampler_params = multihost.local_view(
+            sync_weights(
+                self.placement,
+                to_sampler(self.state.params, run.sampler),
+                self.sampler_params,
+                new,
+                self.sync,
+            )
+        )
         if self.placement.colocated or self.sync.syncs > synced:
             self.sampler_version = new  # else the sampler keeps older weights (sync_every > 1)
-        self.worker.publish(new, self.sampler_params, keep_from=new - run.scheduler.max_version_gap - 1,
-                            behaviour_version=self.sampler_version)
+        self.worker.publish(
+            new,
+            self.sampler_params,
+            keep_from=new - run.scheduler.max_version_gap - 1,
+            behaviour_version=self.sampler_version,
+        )
         gaps = [int(version - t.versions.min()) for t in trajs if t.num_action_tokens]
-        row = {"step": new, **{k: float(v) for k, v in m.items()}, **bm,
-               "labels": dict(_count(t.label for t in trajs)),
-               "classes": dict(_count(t.task_class for t in trajs)),
-               "version_gap_mean": float(np.mean(gaps)) if gaps else 0.0,
-               "version_gap_max": int(max(gaps)) if gaps else 0,
-               "weights_mean": float(np.mean([c.weight for c in batch])),
-               "virtual_time": float(self.scheduler.ex.now()),
-               "wall": time.perf_counter() - self.wall0}
+        row = {
+            "step": new,
+            **{k: float(v) for k, v in m.items()},
+            **bm,
+            "labels": dict(_count(t.label for t in trajs)),
+            "classes": dict(_count(t.task_class for t in trajs)),
+            "version_gap_mean": float(np.mean(gaps)) if gaps else 0.0,
+            "version_gap_max": int(max(gaps)) if gaps else 0,
+            "weights_mean": float(np.mean([c.weight for c in batch])),
+            "virtual_time": float(self.scheduler.ex.now()),
+            "wall": time.perf_counter() - self.wall0,
+        }
         self.rows.append(row)
         return new
 
@@ -209,8 +253,10 @@ class RunState:
         self.curriculum_state = self.curriculum.update(self.curriculum_state, loopparts.success(trajs))
         self.parts.fault_rates.clear()
         self.parts.fault_rates.update(self.curriculum_state.rates)
-        return {"curriculum/level": float(self.curriculum_state.level),
-                **{f"curriculum/rate/{k}": float(v) for k, v in self.curriculum_state.rates.items()}}
+        return {
+            "curriculum/level": float(self.curriculum_state.level),
+            **{f"curriculum/rate/{k}": float(v) for k, v in self.curriculum_state.rates.items()},
+        }
 
     def journal_rounds(self):
         """Appends every newly completed trajectory to the crash-safe journal."""
@@ -237,10 +283,18 @@ def _count(xs):
 
 def evaluate_heldout(r: RunState, params, version: int) -> dict:
     p = r.parts
-    return evaluate(r.greedy, p.codec, p.run.caps, params, version, p.heldout, p.make_eval_env,
-                    audit_fn=p.suite.audit_fn, planted=p.suite.planted, seed=EVAL_SEED)
-
-
+    return evaluate(
+        r.greedy,
+        p.codec,
+        p.run.caps,
+        params,
+        version,
+        p.heldout,
+        p.make_eval_env,
+        audit_fn=p.suite.audit_fn,
+        planted=p.suite.planted,
+        seed=EVAL_SEED,
+    )
 
 
 def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
@@ -249,11 +303,13 @@ def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
     ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
-    return (f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
-            f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
-            f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
-            f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/vs | "
-            f"{time.perf_counter() - r.wall0:.0f}s")
+    return (
+        f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
+        f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
+        f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
+        f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/vs | "
+        f"{time.perf_counter() - r.wall0:.0f}s"
+    )
 
 
 def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
@@ -267,15 +323,21 @@ def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
     s = summarise(runlog, long_classes=None)  # fast-first bias over minirepo's own classes
     ledger = measured_cost_ledger(runlog.records, r.scheduler.traj, r.train_wall)
     virtual = cost_ledger(runlog.records, len(runlog.step_end_times), r.parts.run.scheduler.learner_step_time)
-    pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0,
-                           runlog.elapsed)
-    return {"header": header, "final_eval": last_eval, "scheduler": _jsonable(s),
-            "cost_ledger": _jsonable(ledger), "cost_ledger_virtual": _jsonable(virtual),
-            # infra faults the retry policy sent back (resubmitted or queued to be)
-            "retries": sum(len(getattr(r.scheduler, k, ())) for k in ("retry_of", "retry_queue")),
-            "env_pool": _jsonable(pool),
-            "params_sha256": multihost.checksum(r.state.params), "process_count": jax.process_count(),
-            "weight_sync": dataclasses.asdict(r.sync), "wall_seconds": time.perf_counter() - r.wall0}
+    pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0, runlog.elapsed)
+    return {
+        "header": header,
+        "final_eval": last_eval,
+        "scheduler": _jsonable(s),
+        "cost_ledger": _jsonable(ledger),
+        "cost_ledger_virtual": _jsonable(virtual),
+        # infra faults the retry policy sent back (resubmitted or queued to be)
+        "retries": sum(len(getattr(r.scheduler, k, ())) for k in ("retry_of", "retry_queue")),
+        "env_pool": _jsonable(pool),
+        "params_sha256": multihost.checksum(r.state.params),
+        "process_count": jax.process_count(),
+        "weight_sync": dataclasses.asdict(r.sync),
+        "wall_seconds": time.perf_counter() - r.wall0,
+    }
 
 
 def _jsonable(x):

@@ -56,23 +56,42 @@ def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
     eps = parts.suite.demonstrations(ws.episodes, seed=parts.run.seed * 7919)
     rows = demo_rows([e.pairs for e in eps], parts.codec, parts.model.max_seq_len)
     demo_success = float(np.mean([e.success for e in eps]))
-    params, losses = sft_train(params, parts.model, rows, steps=ws.steps, batch_size=ws.batch_size,
-                               learning_rate=ws.learning_rate, seed=parts.run.seed,
-                               log_every=max(ws.steps // 5, 1), log=log)
-    return params, {"warm_start/nll_first": losses[0], "warm_start/nll_last": losses[-1],
-                    "warm_start/demo_train_success": demo_success}
+    params, losses = sft_train(
+        params,
+        parts.model,
+        rows,
+        steps=ws.steps,
+        batch_size=ws.batch_size,
+        learning_rate=ws.learning_rate,
+        seed=parts.run.seed,
+        log_every=max(ws.steps // 5, 1),
+        log=log,
+    )
+    return params, {
+        "warm_start/nll_first": losses[0],
+        "warm_start/nll_last": losses[-1],
+        "warm_start/demo_train_success": demo_success,
+    }
 
 
 def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Scheduler:
     run = parts.run
     s = run.scheduler
     return Scheduler(
-        tasks, worker, r.learner, 0,
-        config=SchedulerConfig(mode=s.mode, batch_size=run.rl.batch_size, num_slots=s.num_slots,
-                               window=s.window if s.mode == "windowed_fifo" else None,
-                               learner_step_time=s.learner_step_time),
+        tasks,
+        worker,
+        r.learner,
+        0,
+        config=SchedulerConfig(
+            mode=s.mode,
+            batch_size=run.rl.batch_size,
+            num_slots=s.num_slots,
+            window=s.window if s.mode == "windowed_fifo" else None,
+            learner_step_time=s.learner_step_time,
+        ),
         staleness_config=loopparts.staleness_config(run),
-        executor=BatchingExecutor(), retry=loopparts.retry_policy(run),
+        executor=BatchingExecutor(),
+        retry=loopparts.retry_policy(run),
     )
 
 
@@ -113,8 +132,12 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         params, ws = warm_start(parts, params0, log)
         e0 = evaluate_heldout(r, multihost.local_view(params), 0)
         log(f"warm start held-out success {e0['eval/success']:.3f}")
-        header = {"demonstrator_success": demo, **ws, "rl_start_success": e0["eval/success"],
-                  "versions": resolved_versions()}
+        header = {
+            "demonstrator_success": demo,
+            **ws,
+            "rl_start_success": e0["eval/success"],
+            "versions": resolved_versions(),
+        }
         files.write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
         r.state = init_train_state(params, r.tx, run.seed)
         if multihost.is_multiprocess():
@@ -143,10 +166,18 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
             files.atomic_write(durable.snapshot_path(ckdir, step), scheduler.snapshot())
-            ckpt.save_checkpoint(ckdir, step, r.state, keep=2,
-                                 metadata={"header": header, "journaled": r.journal_count,
-                                           "data_iterator": tasks.get_state(),
-                                           "config": files.config_record(run)})
+            ckpt.save_checkpoint(
+                ckdir,
+                step,
+                r.state,
+                keep=2,
+                metadata={
+                    "header": header,
+                    "journaled": r.journal_count,
+                    "data_iterator": tasks.get_state(),
+                    "config": files.config_record(run),
+                },
+            )
             durable.prune_snapshots(ckdir, ckpt.all_steps(ckdir))  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
@@ -185,5 +216,3 @@ def _initial_params(parts: Parts, placement):
     if multihost.is_multiprocess():
         return multihost.replicate(params0, mesh)
     return shard_params(params0, mesh, placement.rules)
-
-

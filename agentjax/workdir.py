@@ -67,9 +67,16 @@ def resume_run(r: RunState, params0, ckdir: str):
     try:
         with open(path, "rb") as f:
             blob = f.read()
-        scheduler = Scheduler.restore(blob, tasks, r.worker, r.learner, skip_drawn=False,
-                                      executor=BatchingExecutor(), source=path,
-                                      retry=loopparts.retry_policy(run))
+        scheduler = Scheduler.restore(
+            blob,
+            tasks,
+            r.worker,
+            r.learner,
+            skip_drawn=False,
+            executor=BatchingExecutor(),
+            source=path,
+            retry=loopparts.retry_policy(run),
+        )
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
@@ -79,7 +86,8 @@ def resume_run(r: RunState, params0, ckdir: str):
         raise ckpt.CheckpointError(
             f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
             f"records but the checkpoint journaled {meta['journaled']}: committed trajectories "
-            "were lost; start a new --workdir")
+            "were lost; start a new --workdir"
+        )
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
     with open(r.metrics_path) as f:
         if f.read() != text:

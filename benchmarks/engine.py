@@ -47,8 +47,9 @@ from agentjax.sampling.envpool import EnvPool, RealLatency
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 
-MODEL = dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=256,
-             max_seq_len=96, exact_tile=8)  # configs/default.py
+MODEL = dict(
+    d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=256, max_seq_len=96, exact_tile=8
+)  # configs/default.py
 CAPS = Caps(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
 RUN = minirepo.LONG_TAILED.tools["run"]
 LATENCY = minirepo.LatencyModel(tools={}, default=RUN, cost_scaled=(*TOOLS, "error"))
@@ -56,27 +57,37 @@ LATENCY = minirepo.LatencyModel(tools={}, default=RUN, cost_scaled=(*TOOLS, "err
 
 def specs(n: int, scale: float, first: int = 0) -> list[EpisodeSpec]:
     env = minirepo.EnvConfig(max_steps=6, latency=LATENCY)
-    return [EpisodeSpec(RealLatency(minirepo.MinirepoEnv(env), scale),
-                        minirepo.generate(first + i, "train"), first + i, task_id=f"t{first + i}",
-                        submit_index=i) for i in range(n)]
+    return [
+        EpisodeSpec(
+            RealLatency(minirepo.MinirepoEnv(env), scale),
+            minirepo.generate(first + i, "train"),
+            first + i,
+            task_id=f"t{first + i}",
+            submit_index=i,
+        )
+        for i in range(n)
+    ]
 
 
 def lock_step(sampler, codec, params, eps, slots, rng):
     t0 = time.perf_counter()
     trajs = []
     for k in range(0, len(eps), slots):
-        r = Rollout(sampler, codec, CAPS, eps[k:k + slots], pad_to=slots)
+        r = Rollout(sampler, codec, CAPS, eps[k : k + slots], pad_to=slots)
         r.start(params, 0)
         trajs += sorted(r.advance(params, 0, rng), key=lambda t: t.submit_index)
     wall = time.perf_counter() - t0
     tokens = sum(t.num_action_tokens for t in trajs)
-    return trajs, {"wall_s": wall, "trajectories_per_s": len(trajs) / wall,
-                   "tokens_per_s": tokens / wall, "tokens": tokens}
+    return trajs, {
+        "wall_s": wall,
+        "trajectories_per_s": len(trajs) / wall,
+        "tokens_per_s": tokens / wall,
+        "tokens": tokens,
+    }
 
 
 def slot_engine(sampler, codec, params, eps, slots, chunk, workers, rng, evict_after=0.0):
-    r = EngineRollout(Engine(sampler, slots=slots, chunk=chunk), codec, CAPS, eps,
-                      evict_after=evict_after)
+    r = EngineRollout(Engine(sampler, slots=slots, chunk=chunk), codec, CAPS, eps, evict_after=evict_after)
     with EnvPool(workers, "thread") as pool:
         trajs = r.run(params, 0, rng, pool)
         stats = pool.stats()
@@ -113,26 +124,55 @@ def main():
     # warm-up (compilation) on other episodes, without waiting; every engine program
     Engine(sampler, slots=args.slots, chunk=args.chunk).warm_up(params)
     lock_step(sampler, codec, params, specs(args.slots, 0.0, 10_000), args.slots, rng)
-    slot_engine(sampler, codec, params, specs(args.slots, 0.0, 10_000), args.slots, args.chunk,
-                args.workers, rng)
+    slot_engine(
+        sampler, codec, params, specs(args.slots, 0.0, 10_000), args.slots, args.chunk, args.workers, rng
+    )
     load0 = os.getloadavg()
-    ref, ls = lock_step(sampler, codec, params, specs(args.episodes, args.latency_scale),
-                        args.slots, rng)
-    got, se = slot_engine(sampler, codec, params, specs(args.episodes, args.latency_scale),
-                          args.slots, args.chunk, args.workers, rng)
-    kept, sk = slot_engine(sampler, codec, params, specs(args.episodes, args.latency_scale),
-                           args.slots, args.chunk, args.workers, rng, evict_after=None)
+    ref, ls = lock_step(sampler, codec, params, specs(args.episodes, args.latency_scale), args.slots, rng)
+    got, se = slot_engine(
+        sampler,
+        codec,
+        params,
+        specs(args.episodes, args.latency_scale),
+        args.slots,
+        args.chunk,
+        args.workers,
+        rng,
+    )
+    kept, sk = slot_engine(
+        sampler,
+        codec,
+        params,
+        specs(args.episodes, args.latency_scale),
+        args.slots,
+        args.chunk,
+        args.workers,
+        rng,
+        evict_after=None,
+    )
     env_s = [t.timings["env_wall"] for t in ref]
     speedup = se["trajectories_per_s"] / ls["trajectories_per_s"]
     res = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
-                    "loadavg_start": load0, "loadavg_end": os.getloadavg()},
-        "settings": {**vars(args), "model": MODEL, "caps": dataclasses.asdict(CAPS),
-                     "latency": "lognormal(median 1 x task cost, sigma 1) per step, x scale"},
-        "workload": {"episodes": len(ref), "env_steps": sum(len(t.rewards) for t in ref),
-                     "env_wall_per_episode_mean_s": float(np.mean(env_s)),
-                     "env_wall_per_episode_p95_s": float(np.percentile(env_s, 95)),
-                     "env_wall_per_episode_max_s": float(np.max(env_s))},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "jax": jax.__version__,
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg(),
+        },
+        "settings": {
+            **vars(args),
+            "model": MODEL,
+            "caps": dataclasses.asdict(CAPS),
+            "latency": "lognormal(median 1 x task cost, sigma 1) per step, x scale",
+        },
+        "workload": {
+            "episodes": len(ref),
+            "env_steps": sum(len(t.rewards) for t in ref),
+            "env_wall_per_episode_mean_s": float(np.mean(env_s)),
+            "env_wall_per_episode_p95_s": float(np.percentile(env_s, 95)),
+            "env_wall_per_episode_max_s": float(np.max(env_s)),
+        },
         "lock_step": ls,
         "slot_engine": se,
         "slot_engine_no_eviction": sk,
@@ -142,22 +182,32 @@ def main():
         "target_2x": speedup >= 2.0,
     }
     p = se["env_pool"]
-    print(f"no eviction {sk['wall_s']:7.2f} s  {sk['trajectories_per_s']:6.2f} traj/s  "
-          f"{sk['tokens_per_s']:7.1f} tok/s  occupancy {sk['slot_occupancy']:.2f}  "
-          f"held-waiting {sk['slot_held_waiting']:.2f}  "
-          f"({res['speedup_no_eviction']:.2f}x lock-step)")
+    print(
+        f"no eviction {sk['wall_s']:7.2f} s  {sk['trajectories_per_s']:6.2f} traj/s  "
+        f"{sk['tokens_per_s']:7.1f} tok/s  occupancy {sk['slot_occupancy']:.2f}  "
+        f"held-waiting {sk['slot_held_waiting']:.2f}  "
+        f"({res['speedup_no_eviction']:.2f}x lock-step)"
+    )
     print(f"episodes {len(ref)}, {args.slots} slots, env steps {res['workload']['env_steps']}")
-    print(f"lock-step   {ls['wall_s']:7.2f} s  {ls['trajectories_per_s']:6.2f} traj/s  "
-          f"{ls['tokens_per_s']:7.1f} tok/s")
-    print(f"slot engine {se['wall_s']:7.2f} s  {se['trajectories_per_s']:6.2f} traj/s  "
-          f"{se['tokens_per_s']:7.1f} tok/s  occupancy {se['slot_occupancy']:.2f}  "
-          f"held-waiting {se['slot_held_waiting']:.2f}  evictions {se['evictions']:.0f}")
-    print(f"env pool: utilisation {p['utilisation']:.2f}, queue {p['queue_length_mean']:.2f}, "
-          f"latency p50/p95 {p['latency_p50']:.3f}/{p['latency_p95']:.3f} s, in flight "
-          f"{p['in_flight_measured']:.2f} vs Little {p['in_flight_littles_law']:.2f}, "
-          f"implied workers {p['implied_workers']:.0f}")
-    print(f"speed-up {speedup:.2f}x (target >= 2.0x: {'PASS' if speedup >= 2.0 else 'FAIL'}); "
-          f"identical trajectories: {res['identical_trajectories']}")
+    print(
+        f"lock-step   {ls['wall_s']:7.2f} s  {ls['trajectories_per_s']:6.2f} traj/s  "
+        f"{ls['tokens_per_s']:7.1f} tok/s"
+    )
+    print(
+        f"slot engine {se['wall_s']:7.2f} s  {se['trajectories_per_s']:6.2f} traj/s  "
+        f"{se['tokens_per_s']:7.1f} tok/s  occupancy {se['slot_occupancy']:.2f}  "
+        f"held-waiting {se['slot_held_waiting']:.2f}  evictions {se['evictions']:.0f}"
+    )
+    print(
+        f"env pool: utilisation {p['utilisation']:.2f}, queue {p['queue_length_mean']:.2f}, "
+        f"latency p50/p95 {p['latency_p50']:.3f}/{p['latency_p95']:.3f} s, in flight "
+        f"{p['in_flight_measured']:.2f} vs Little {p['in_flight_littles_law']:.2f}, "
+        f"implied workers {p['implied_workers']:.0f}"
+    )
+    print(
+        f"speed-up {speedup:.2f}x (target >= 2.0x: {'PASS' if speedup >= 2.0 else 'FAIL'}); "
+        f"identical trajectories: {res['identical_trajectories']}"
+    )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)

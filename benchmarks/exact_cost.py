@@ -34,8 +34,9 @@ from agentjax.policy.model import init_params
 from agentjax.policy.scoring import token_logprobs
 from agentjax.sampling.sampler import Sampler
 
-MODEL = dict(vocab_size=64, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
-             d_ff=512, max_seq_len=64)
+MODEL = dict(
+    vocab_size=64, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, max_seq_len=64
+)
 BATCH, PROMPT, NEW = 32, 16, 48
 
 
@@ -43,16 +44,16 @@ def kernels(dtype: str) -> dict[str, dict]:
     d = {"param_dtype": dtype, "compute_dtype": dtype}
     out = {"fast": {**d, "exact_tile": 0}, "exact_sum": {**d, "exact_tile": 1}}
     if dtype == "float32":  # the tile sweep of the reference construction
-        out.update({f"tiled {m}": {**d, "exact_tile": m, "exact_kernels": "tiled"}
-                    for m in (8, 32)})
+        out.update({f"tiled {m}": {**d, "exact_tile": m, "exact_kernels": "tiled"} for m in (8, 32)})
     return out
 
 
 def cases(cfg: ModelConfig, params, data):
     tokens, positions, mask = data
     logp = jax.jit(lambda p: token_logprobs(p, tokens, positions, config=cfg)[0])
-    grad = jax.jit(jax.value_and_grad(
-        lambda p: -jnp.sum(mask * token_logprobs(p, tokens, positions, config=cfg)[0])))
+    grad = jax.jit(
+        jax.value_and_grad(lambda p: -jnp.sum(mask * token_logprobs(p, tokens, positions, config=cfg)[0]))
+    )
     sampler = Sampler(cfg)
     prompts = np.asarray(tokens[:, :PROMPT])
     lens = np.full(BATCH, PROMPT)
@@ -61,9 +62,11 @@ def cases(cfg: ModelConfig, params, data):
         st = sampler.extend(p, sampler.init(BATCH), prompts, lens, version=0)
         return sampler.generate(p, st, jax.random.key(0), max_new_tokens=NEW, version=0)[0]
 
-    return {"learner_logprobs_s": lambda: logp(params),
-            "learner_grad_s": lambda: grad(params),
-            "sampler_s_per_token": lambda: decode(params)}
+    return {
+        "learner_logprobs_s": lambda: logp(params),
+        "learner_grad_s": lambda: grad(params),
+        "sampler_s_per_token": lambda: decode(params),
+    }
 
 
 def timed(fn) -> tuple[float, float]:
@@ -78,10 +81,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    tokens = jnp.asarray(rng.integers(0, MODEL["vocab_size"], (BATCH, MODEL["max_seq_len"])),
-                         jnp.int32)
-    positions = jnp.broadcast_to(jnp.arange(MODEL["max_seq_len"], dtype=jnp.int32),
-                                 tokens.shape)
+    tokens = jnp.asarray(rng.integers(0, MODEL["vocab_size"], (BATCH, MODEL["max_seq_len"])), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(MODEL["max_seq_len"], dtype=jnp.int32), tokens.shape)
     mask = jnp.ones(tokens.shape, jnp.float32)
     load0 = os.getloadavg()
     all_cases, best = {}, {}
@@ -101,29 +102,47 @@ def main():
         per = NEW if row == "sampler_s_per_token" else 1
         rows = results.setdefault(dtype, {}).setdefault(name, {})
         rows[row], rows[row.replace("_s", "_cpu_s", 1)] = wall / per, cpu / per
-    timed_rows = ("learner_logprobs_s", "learner_grad_s", "sampler_s_per_token",
-                  "learner_logprobs_cpu_s", "learner_grad_cpu_s", "sampler_cpu_s_per_token")
+    timed_rows = (
+        "learner_logprobs_s",
+        "learner_grad_s",
+        "sampler_s_per_token",
+        "learner_logprobs_cpu_s",
+        "learner_grad_cpu_s",
+        "sampler_cpu_s_per_token",
+    )
     for by_kernel in results.values():
         fast = dict(by_kernel["fast"])
         for rows in by_kernel.values():
             rows.update({f"{r}_over_fast": rows[r] / fast[r] for r in timed_rows})
-    out = {"model": MODEL, "batch": BATCH, "prompt": PROMPT, "new_tokens": NEW,
-           "rounds": args.rounds, "jax": jax.__version__, "machine": platform.processor()
-           or platform.machine(), "cpus": os.cpu_count(),
-           "load_avg_before_after": [load0[0], os.getloadavg()[0]], "results": results}
+    out = {
+        "model": MODEL,
+        "batch": BATCH,
+        "prompt": PROMPT,
+        "new_tokens": NEW,
+        "rounds": args.rounds,
+        "jax": jax.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_avg_before_after": [load0[0], os.getloadavg()[0]],
+        "results": results,
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
-    print("| dtype | kernels | log-probs | x fast | + gradient | x fast | sampler / token | x fast |"
-          "\n|---|---|---|---|---|---|---|---|")
+    print(
+        "| dtype | kernels | log-probs | x fast | + gradient | x fast | sampler / token | x fast |"
+        "\n|---|---|---|---|---|---|---|---|"
+    )
     for clock in ("", "_cpu"):
-        names = (f"learner_logprobs{clock}_s", f"learner_grad{clock}_s",
-                 f"sampler{clock}_s_per_token")
+        names = (f"learner_logprobs{clock}_s", f"learner_grad{clock}_s", f"sampler{clock}_s_per_token")
         print(f"({'process CPU' if clock else 'wall'} time)")
         for dtype, by_kernel in results.items():
             for name, r in by_kernel.items():
-                print(f"| {dtype} | {name} | " + " | ".join(
-                    f"{r[k] * 1e3:.2f} ms | {r[k + '_over_fast']:.2f}x" for k in names) + " |")
+                print(
+                    f"| {dtype} | {name} | "
+                    + " | ".join(f"{r[k] * 1e3:.2f} ms | {r[k + '_over_fast']:.2f}x" for k in names)
+                    + " |"
+                )
     print("load average before/after:", out["load_avg_before_after"])
 
 

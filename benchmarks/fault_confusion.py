@@ -22,16 +22,19 @@ import random
 import time
 
 from agentjax.envs import codefix, faults
+from agentjax.envs.codefix import agents as A
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.envs.protocol import Label
 from agentjax.envs.sandbox import Limits
-from agentjax.envs.codefix import agents as A
 
 FAULT_LIMITS = Limits(wall_s=4.0, cpu_s=2)  # starvation runs end at the wall clock
-FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
-                 "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2)}
-AGENT_LABELS = {Label.AGENT_TIMEOUT, Label.AGENT_OOM, Label.AGENT_CPU, Label.AGENT_ERROR,
-                Label.AGENT_QUOTA}
+FAULTY_LIMITS = {
+    "busy_loop": Limits(wall_s=12.0, cpu_s=1),
+    "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
+    "allocate_2gb": Limits(wall_s=12.0, cpu_s=4),
+    "fork_bomb": Limits(wall_s=3.0, cpu_s=2),
+}
+AGENT_LABELS = {Label.AGENT_TIMEOUT, Label.AGENT_OOM, Label.AGENT_CPU, Label.AGENT_ERROR, Label.AGENT_QUOTA}
 
 
 def episode(task: str, agent: str, inject: str | None, limits: Limits | None = None) -> Label:
@@ -49,8 +52,9 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=24, help="extra episodes with rate-drawn faults")
     ap.add_argument("--rate", type=float, default=0.1, help="per-class injection rate for draws")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs",
-                                                  "fault_confusion.md"))
+    ap.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "fault_confusion.md")
+    )
     args = ap.parse_args()
     tasks = codefix.list_tasks()[: args.tasks]
     rng = random.Random(args.seed)
@@ -72,17 +76,21 @@ def main() -> None:
 
     infra_rows = [r for r in m if r.split(" / ")[0].removeprefix("drawn: ") in faults.FAULT_CLASSES]
     # a wrong fix under a flaky case fails stable cases too: ``fail`` is then the truth
-    blamed = {r: (*AGENT_LABELS, *(() if r.endswith("flaky_test / wrong_fix") else (Label.FAIL,)))
-              for r in infra_rows}
+    blamed = {
+        r: (*AGENT_LABELS, *(() if r.endswith("flaky_test / wrong_fix") else (Label.FAIL,)))
+        for r in infra_rows
+    }
     infra_as_agent = sum(m[r][lab] for r in infra_rows for lab in blamed[r])
-    infra_not_infra = sum(n for r in infra_rows for lab, n in m[r].items()
-                          if lab is not Label.INFRA_FAULT)
+    infra_not_infra = sum(n for r in infra_rows for lab, n in m[r].items() if lab is not Label.INFRA_FAULT)
     hack_pass = sum(m[r][Label.PASS] for r in m if r.startswith("attacker"))
-    hack_not_hack = sum(n for r in m if r.startswith("attacker")
-                        for lab, n in m[r].items() if lab is not Label.REWARD_HACK)
+    hack_not_hack = sum(
+        n for r in m if r.startswith("attacker") for lab, n in m[r].items() if lab is not Label.REWARD_HACK
+    )
     cols = list(Label)
-    lines = ["| injected / agent | " + " | ".join(c.value for c in cols) + " |",
-             "|---|" + "---:|" * len(cols)]
+    lines = [
+        "| injected / agent | " + " | ".join(c.value for c in cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
     for r in m:
         lines.append(f"| {r} | " + " | ".join(str(m[r][c] or "") for c in cols) + " |")
     table = "\n".join(lines)

@@ -51,19 +51,31 @@ _RENDER_ONLY = flags.DEFINE_bool("render_only", False, "only render the cases in
 
 # Learner candidates: (mesh, sequences per batch shard, train seq, microbatches), largest first.
 LEARNER = {
-    "dense": [({"fsdp": -1}, 1, 4096, 1), ({"fsdp": -1}, 1, 2048, 1),
-              ({"fsdp": -1}, 1, 1024, 1), ({"fsdp": -1, "tensor": 4}, 1, 1024, 1)],
-    "moe": [({"fsdp": -1}, 1, 4096, 1), ({"fsdp": -1}, 1, 2048, 1),
-            ({"fsdp": -1}, 1, 1024, 1), ({"fsdp": -1, "expert": 8}, 1, 1024, 1)],
+    "dense": [
+        ({"fsdp": -1}, 1, 4096, 1),
+        ({"fsdp": -1}, 1, 2048, 1),
+        ({"fsdp": -1}, 1, 1024, 1),
+        ({"fsdp": -1, "tensor": 4}, 1, 1024, 1),
+    ],
+    "moe": [
+        ({"fsdp": -1}, 1, 4096, 1),
+        ({"fsdp": -1}, 1, 2048, 1),
+        ({"fsdp": -1}, 1, 1024, 1),
+        ({"fsdp": -1, "expert": 8}, 1, 1024, 1),
+    ],
 }
 # Sampler candidates (disaggregated slice): (mesh, sequences per batch shard, prompt, cache).
 SAMPLER = {
-    "dense": [({"data": -1, "tensor": 8}, 16, 2048, 8192),
-              ({"data": -1, "tensor": 8}, 8, 1024, 4096),
-              ({"data": -1, "fsdp": 2, "tensor": 8}, 4, 1024, 4096)],
-    "moe": [({"data": -1, "tensor": 4, "expert": 8}, 16, 2048, 8192),
-            ({"data": -1, "tensor": 4, "expert": 8}, 8, 1024, 4096),
-            ({"data": -1, "tensor": 4, "expert": 8}, 4, 1024, 2048)],
+    "dense": [
+        ({"data": -1, "tensor": 8}, 16, 2048, 8192),
+        ({"data": -1, "tensor": 8}, 8, 1024, 4096),
+        ({"data": -1, "fsdp": 2, "tensor": 8}, 4, 1024, 4096),
+    ],
+    "moe": [
+        ({"data": -1, "tensor": 4, "expert": 8}, 16, 2048, 8192),
+        ({"data": -1, "tensor": 4, "expert": 8}, 8, 1024, 4096),
+        ({"data": -1, "tensor": 4, "expert": 8}, 4, 1024, 2048),
+    ],
 }
 # Colocated sampler shares the learner's mesh: (sequences per batch shard, prompt, cache).
 COLOCATED_SAMPLER = [(4, 2048, 8192), (2, 1024, 4096), (1, 1024, 2048)]
@@ -100,8 +112,7 @@ def estimate_train(name: str, cfg, n_chips: int, kind: str, per: int, seq: int) 
     return state + act * KIND_FACTOR.get(kind, 0.8)
 
 
-def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int,
-                    resident: int = 0) -> float:
+def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int, resident: int = 0) -> float:
     """A rough prefill peak (bytes per chip): parameters over the parameter axes, the KV cache
     and attention scores of ``per`` sequences per chip (prefill computes no logits; see
     :data:`SAMPLE_RATIO` for how it compares with the compiled programs)."""
@@ -121,29 +132,32 @@ def _fit_learner(name, cfg, devices, kind, rules, tried):
         work = aot.Workload(train_batch=_shards(shape) * per * mb, train_seq=seq, microbatches=mb)
         est = estimate_train(name, cfg, len(devices), devices[0].device_kind, per, seq)
         if est > TRAIN_SKIP * hbm:
-            _log(f"  train {shape} {work.train_batch}x{seq}: skipped, estimated "
-                 f"{est / aot.GiB:.1f} GiB")
-            tried.append(f"train {_mesh_str(shape)} {work.train_batch} x {seq}: not compiled, "
-                         f"estimated {est / aot.GiB:.1f} GiB > {TRAIN_SKIP:.0%} of HBM")
+            _log(f"  train {shape} {work.train_batch}x{seq}: skipped, estimated {est / aot.GiB:.1f} GiB")
+            tried.append(
+                f"train {_mesh_str(shape)} {work.train_batch} x {seq}: not compiled, "
+                f"estimated {est / aot.GiB:.1f} GiB > {TRAIN_SKIP:.0%} of HBM"
+            )
             continue
         rep, p_sh, opt_bytes = aot.compile_train(cfg, mesh, rules, work)
-        _log(f"  train {shape} {work.train_batch}x{seq}: {rep.verdict().splitlines()[0]} "
-             f"({rep.compile_seconds:.0f}s)")
+        _log(
+            f"  train {shape} {work.train_batch}x{seq}: {rep.verdict().splitlines()[0]} "
+            f"({rep.compile_seconds:.0f}s)"
+        )
         if rep.fits:
             return mesh, work, rep, p_sh, opt_bytes
-        tried.append(f"train {_mesh_str(shape)} {work.train_batch} x {seq}: "
-                     f"{rep.peak_bytes / aot.GiB:.1f} GiB" if rep.error is None else
-                     f"train {_mesh_str(shape)} {work.train_batch} x {seq}: compiler OOM")
+        tried.append(
+            f"train {_mesh_str(shape)} {work.train_batch} x {seq}: {rep.peak_bytes / aot.GiB:.1f} GiB"
+            if rep.error is None
+            else f"train {_mesh_str(shape)} {work.train_batch} x {seq}: compiler OOM"
+        )
     return None
 
 
 def _sample_skip(est: float, ratio: float) -> str:
-    return (f"prefill estimated {est / aot.GiB:.1f} GiB, x {ratio} = "
-            f"{est * ratio / aot.GiB:.1f} GiB > HBM")
+    return f"prefill estimated {est / aot.GiB:.1f} GiB, x {ratio} = {est * ratio / aot.GiB:.1f} GiB > HBM"
 
 
-def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=None,
-                 resident=0):
+def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=None, resident=0):
     for mesh_spec, per, prompt, cache in candidates:
         mesh = make_mesh(mesh_spec)
         shape = dict(mesh.shape)
@@ -153,43 +167,56 @@ def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=N
         if est * SAMPLE_RATIO[placement] > hbm:
             why = _sample_skip(est, SAMPLE_RATIO[placement])
             _log(f"  sample {shape} {work.sample_batch}x{cache}: skipped, {why}")
-            tried.append(f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: not "
-                         f"compiled, {why}")
+            tried.append(f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: not compiled, {why}")
             continue
         try:
-            pre, dec = aot.compile_sampler(cfg, mesh, rules, work, param_sh=param_sh,
-                                           resident_bytes=resident)
+            pre, dec = aot.compile_sampler(cfg, mesh, rules, work, param_sh=param_sh, resident_bytes=resident)
         except ShardingError as e:
             _log(f"  sampler {shape}: {e}")
             tried.append(f"sampler {_mesh_str(shape)}: {e}")
             continue
-        _log(f"  sample {shape} {work.sample_batch}x{cache}: {pre.verdict().splitlines()[0]}; "
-             f"{dec.verdict().splitlines()[0]} ({pre.compile_seconds + dec.compile_seconds:.0f}s)")
+        _log(
+            f"  sample {shape} {work.sample_batch}x{cache}: {pre.verdict().splitlines()[0]}; "
+            f"{dec.verdict().splitlines()[0]} ({pre.compile_seconds + dec.compile_seconds:.0f}s)"
+        )
         if pre.fits and dec.fits:
             return mesh, work, pre, dec
-        tried.append(f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: prefill "
-                     f"{pre.peak_bytes / aot.GiB:.1f}, decode {dec.peak_bytes / aot.GiB:.1f} GiB")
+        tried.append(
+            f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: prefill "
+            f"{pre.peak_bytes / aot.GiB:.1f}, decode {dec.peak_bytes / aot.GiB:.1f} GiB"
+        )
     return None
 
 
 def _roofline(step, tokens: int) -> dict:
-    return {"flops": step.flops, "traffic": step.hbm_traffic, "seconds": step.roofline_seconds,
-            "tok_s_chip": tokens / step.roofline_seconds / step.n_chips}
+    return {
+        "flops": step.flops,
+        "traffic": step.hbm_traffic,
+        "seconds": step.roofline_seconds,
+        "tok_s_chip": tokens / step.roofline_seconds / step.n_chips,
+    }
 
 
 def _learner_from(row: dict, cfg, devices, rules):
     """The learner setting of a partial row (its train step compiled and fitting), rebuilt
     without compiling: the mesh, the workload, the parameter shardings and resident bytes."""
     mesh = aot.topology_mesh(devices, row["learner_mesh"])
-    work = aot.Workload(train_batch=row["train_batch"], train_seq=row["train_seq"],
-                        microbatches=row["microbatches"])
+    work = aot.Workload(
+        train_batch=row["train_batch"], train_seq=row["train_seq"], microbatches=row["microbatches"]
+    )
     params = aot.abstract_params(cfg)
     p_sh = aot.param_shardings(params, mesh, rules, aot.logical_axes(cfg))
     return mesh, work, None, p_sh, aot.learner_resident_bytes(params, p_sh, mesh)
 
 
-def run_case(name: str, topology: str, placement: str, mode: str = "fast",
-             save=lambda row: None, prior: dict | None = None) -> dict:
+def run_case(
+    name: str,
+    topology: str,
+    placement: str,
+    mode: str = "fast",
+    save=lambda row: None,
+    prior: dict | None = None,
+) -> dict:
     """Finds the first fitting learner and sampler setting; returns a table row.
 
     ``save`` gets the partial row (learner only) before the sampler is compiled; a partial
@@ -200,8 +227,15 @@ def run_case(name: str, topology: str, placement: str, mode: str = "fast",
     cfg = programs.mode_config(aot.pod_config(preset(name), rules), mode)
     kind = "moe" if cfg.is_moe else "dense"
     devices = aot.topology_devices(topology)
-    row = {"preset": name, "topology": topology, "chips": len(devices), "placement": placement,
-           "mode": mode, "kind": devices[0].device_kind, "hbm": aot.chip_hbm_bytes(devices[0])}
+    row = {
+        "preset": name,
+        "topology": topology,
+        "chips": len(devices),
+        "placement": placement,
+        "mode": mode,
+        "kind": devices[0].device_kind,
+        "hbm": aot.chip_hbm_bytes(devices[0]),
+    }
     l_dev = s_dev = devices
     if placement == "disaggregated":
         l_dev, s_dev, row["slices"] = aot.disaggregated_devices(topology)
@@ -216,27 +250,38 @@ def run_case(name: str, topology: str, placement: str, mode: str = "fast",
         if learner is None:
             return {**row, "fits": False, "why": "no learner candidate fits"}
         l_mesh, l_work, train, p_sh, opt_bytes = learner
-        row.update(learner_mesh=dict(l_mesh.shape), train_batch=l_work.train_batch,
-                   train_seq=l_work.train_seq, microbatches=l_work.microbatches,
-                   train_peak=train.peak_bytes, train_coll=dict(train.collectives),
-                   train_roofline=_roofline(train, l_work.train_batch * l_work.train_seq))
+        row.update(
+            learner_mesh=dict(l_mesh.shape),
+            train_batch=l_work.train_batch,
+            train_seq=l_work.train_seq,
+            microbatches=l_work.microbatches,
+            train_peak=train.peak_bytes,
+            train_coll=dict(train.collectives),
+            train_roofline=_roofline(train, l_work.train_batch * l_work.train_seq),
+        )
         save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
     if placement == "colocated":
         cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in COLOCATED_SAMPLER]
-        sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, placement, p_sh,
-                               opt_bytes)
+        sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, placement, p_sh, opt_bytes)
     else:
-        sampler = _fit_sampler(cfg, SAMPLER[kind], rules, lambda s: aot.topology_mesh(s_dev, s),
-                               tried, placement)
+        sampler = _fit_sampler(
+            cfg, SAMPLER[kind], rules, lambda s: aot.topology_mesh(s_dev, s), tried, placement
+        )
     if sampler is None:
         return {**row, "fits": False, "why": "no sampler candidate fits"}
     s_mesh, s_work, pre, dec = sampler
-    row.update(sampler_mesh=dict(s_mesh.shape), sample_batch=s_work.sample_batch,
-               prompt_len=s_work.prompt_len, cache_len=s_work.cache_len,
-               prefill_peak=pre.peak_bytes, decode_peak=dec.peak_bytes,
-               decode_coll=dict(dec.collectives), fits=True,
-               prefill_roofline=_roofline(pre, s_work.sample_batch * s_work.prompt_len),
-               decode_roofline=_roofline(dec, s_work.sample_batch))
+    row.update(
+        sampler_mesh=dict(s_mesh.shape),
+        sample_batch=s_work.sample_batch,
+        prompt_len=s_work.prompt_len,
+        cache_len=s_work.cache_len,
+        prefill_peak=pre.peak_bytes,
+        decode_peak=dec.peak_bytes,
+        decode_coll=dict(dec.collectives),
+        fits=True,
+        prefill_roofline=_roofline(pre, s_work.sample_batch * s_work.prompt_len),
+        decode_roofline=_roofline(dec, s_work.sample_batch),
+    )
     if placement == "disaggregated":
         params = aot.abstract_params(cfg)
         s_sh = aot.param_shardings(params, s_mesh, rules, aot.logical_axes(cfg))
@@ -303,8 +348,10 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
     ]
     for r in rows:
         topo = f"{r['topology']} ({r['chips']} x {r['kind']}, {r['hbm'] // aot.GiB} GiB)"
-        head = f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} " \
-               f"| {r['placement']} | {r.get('mode', 'fast')} "
+        head = (
+            f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} "
+            f"| {r['placement']} | {r.get('mode', 'fast')} "
+        )
         if "learner_mesh" not in r:
             lines.append(head + f"| - | - | - | - | - | - | - | - | no: {r['why']} |")
             continue
@@ -318,27 +365,47 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
             sp = f"{g(r['prefill_peak'])} / {g(r['decode_peak'])}"
         sync = g(r["sync_per_chip"]) if "sync_per_chip" in r else "-"
         roof = " / ".join(_tok(r, k) for k in ("train", "prefill", "decode"))
-        fits = ("yes" if r["fits"] else f"unfinished: learner fits, {r['why']}"
-                if r.get("partial") else f"no: {r['why']}")
-        lines.append(head + f"| {_mesh_str(r['learner_mesh'])} | {train} | {g(r['train_peak'])} "
-                     f"| {samp} | {sb} | {sp} | {sync} | {roof} | {fits} |")
-    lines += ["", "Settings common to all rows: remat = per layer (full, `jax.checkpoint` of the",
-              "scanned layer body); rules = `DEFAULT_RULES` (FSDP over `embed`, tensor over",
-              "heads / kv heads / mlp / vocab, experts over `expert`, batch over data x fsdp).",
-              ""]
-    notes = [f"- {r['preset']} on {r['topology']}, {r['placement']}, {r.get('mode', 'fast')}: "
-             + "; ".join(r["tried"]) for r in rows if r.get("tried")]
+        fits = (
+            "yes"
+            if r["fits"]
+            else f"unfinished: learner fits, {r['why']}"
+            if r.get("partial")
+            else f"no: {r['why']}"
+        )
+        lines.append(
+            head + f"| {_mesh_str(r['learner_mesh'])} | {train} | {g(r['train_peak'])} "
+            f"| {samp} | {sb} | {sp} | {sync} | {roof} | {fits} |"
+        )
+    lines += [
+        "",
+        "Settings common to all rows: remat = per layer (full, `jax.checkpoint` of the",
+        "scanned layer body); rules = `DEFAULT_RULES` (FSDP over `embed`, tensor over",
+        "heads / kv heads / mlp / vocab, experts over `expert`, batch over data x fsdp).",
+        "",
+    ]
+    notes = [
+        f"- {r['preset']} on {r['topology']}, {r['placement']}, {r.get('mode', 'fast')}: "
+        + "; ".join(r["tried"])
+        for r in rows
+        if r.get("tried")
+    ]
     if notes:
-        lines += ["Larger candidates that did not fit (per-chip peak) or were skipped:", "", *notes,
-                  ""]
+        lines += ["Larger candidates that did not fit (per-chip peak) or were skipped:", "", *notes, ""]
     if missing:
-        lines += ["Not compiled yet (rerun the script with `--cache=docs/pod_fit.json`; each "
-                  "case takes minutes to an hour of CPU): " + "; ".join(missing) + ".", ""]
+        lines += [
+            "Not compiled yet (rerun the script with `--cache=docs/pod_fit.json`; each "
+            "case takes minutes to an hour of CPU): " + "; ".join(missing) + ".",
+            "",
+        ]
     return "\n".join(lines)
 
 
-FULL = {"presets": _PRESETS.default, "topologies": _TOPOLOGIES.default,
-        "placements": _PLACEMENTS.default, "modes": _MODES.default}
+FULL = {
+    "presets": _PRESETS.default,
+    "topologies": _TOPOLOGIES.default,
+    "placements": _PLACEMENTS.default,
+    "modes": _MODES.default,
+}
 
 
 def write(cache: dict, grid) -> None:
@@ -361,10 +428,20 @@ def main(argv):
     if _CACHE.value and os.path.exists(_CACHE.value):
         with open(_CACHE.value) as f:
             cache = json.load(f)
-    grid = [(n, t, p, m) for n in FULL["presets"] for t in FULL["topologies"]
-            for p in FULL["placements"] for m in FULL["modes"]]
-    chosen = [(n, t, p, m) for n in _PRESETS.value for t in _TOPOLOGIES.value
-              for p in _PLACEMENTS.value for m in _MODES.value]
+    grid = [
+        (n, t, p, m)
+        for n in FULL["presets"]
+        for t in FULL["topologies"]
+        for p in FULL["placements"]
+        for m in FULL["modes"]
+    ]
+    chosen = [
+        (n, t, p, m)
+        for n in _PRESETS.value
+        for t in _TOPOLOGIES.value
+        for p in _PLACEMENTS.value
+        for m in _MODES.value
+    ]
     for name, topology, placement, mode in [] if _RENDER_ONLY.value else chosen:
         key = f"{name}|{topology}|{placement}|{mode}"
         if key in cache and not cache[key].get("partial"):

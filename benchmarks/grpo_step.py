@@ -52,8 +52,7 @@ from agentjax.sampling.sampler import Sampler
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sampler import _IntTokenizer  # noqa: E402  (the same integer tokenizer as the sampler bench)
 
-MODEL = dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512,
-             vocab_size=64)
+MODEL = dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, vocab_size=64)
 PROMPTS, GROUP, PROMPT_LEN, NEW = 8, 4, 16, 64
 BETA, EPS, LR = 0.04, 0.2, 1e-3
 TARGET = 1.5  # agentjax must be >= 1.5x faster than tunix
@@ -79,8 +78,9 @@ class AgentjaxGRPO:
 
     def __init__(self, exact_tile: int, beta: float, fused_reference: bool = True):
         # layer_unroll: the learner's layer scan fully unrolled, as tunix's Python layer loop is.
-        self.cfg = ModelConfig(**MODEL, max_seq_len=PROMPT_LEN + NEW, exact_tile=exact_tile,
-                               layer_unroll=MODEL["n_layers"])
+        self.cfg = ModelConfig(
+            **MODEL, max_seq_len=PROMPT_LEN + NEW, exact_tile=exact_tile, layer_unroll=MODEL["n_layers"]
+        )
         params = init_params(self.cfg, jax.random.key(0))
         # A frozen copy of the initial weights (the train step donates the live ones).
         self.ref_params = jax.tree.map(jnp.copy, params)
@@ -90,16 +90,21 @@ class AgentjaxGRPO:
         self.fused_reference = fused_reference
         self.sampler = Sampler(self.cfg)
         tx = make_optimizer(OptimConfig(learning_rate=LR, b2=0.999, grad_clip=0.0))
-        loss = LossConfig(name="grpo",
-                          grpo=dict(clip_low=EPS, clip_high=EPS, aggregation="seq_mean_token_mean"),
-                          kl_coef=beta, kl_kind="k3", filter="none")
+        loss = LossConfig(
+            name="grpo",
+            grpo=dict(clip_low=EPS, clip_high=EPS, aggregation="seq_mean_token_mean"),
+            kl_coef=beta,
+            kl_kind="k3",
+            filter="none",
+        )
         self.train_step = make_train_step(self.cfg, loss, tx, donate=True)
         self.state = init_train_state(params, tx, seed=0)
         self.empty = self.sampler.init(PROMPTS * GROUP)
         self.prompts = jnp.asarray(np.repeat(prompt_tokens(), GROUP, axis=0), jnp.int32)
         self.lens = jnp.full((PROMPTS * GROUP,), PROMPT_LEN, jnp.int32)
-        self.positions = jnp.broadcast_to(jnp.arange(PROMPT_LEN + NEW, dtype=jnp.int32),
-                                          (PROMPTS * GROUP, PROMPT_LEN + NEW))
+        self.positions = jnp.broadcast_to(
+            jnp.arange(PROMPT_LEN + NEW, dtype=jnp.int32), (PROMPTS * GROUP, PROMPT_LEN + NEW)
+        )
         self.ref_logp = jax.jit(functools.partial(token_logprobs, config=self.cfg))
         self.version = 0
 
@@ -111,23 +116,27 @@ class AgentjaxGRPO:
         rewards = jnp.mean((gen % 2 == 0).astype(jnp.float32), axis=1)
         adv = group_advantages(rewards.reshape(PROMPTS, GROUP)).reshape(-1)
         mask = (jnp.arange(tokens.shape[1]) >= PROMPT_LEN).astype(jnp.float32)
-        return {"tokens": tokens, "loss_mask": jnp.broadcast_to(mask, tokens.shape),
-                "behav_logp": logp, "advantages": adv,
-                "weight": jnp.ones((tokens.shape[0],), jnp.float32)}
+        return {
+            "tokens": tokens,
+            "loss_mask": jnp.broadcast_to(mask, tokens.shape),
+            "behav_logp": logp,
+            "advantages": adv,
+            "weight": jnp.ones((tokens.shape[0],), jnp.float32),
+        }
 
     def iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
         params, v = self.state.params, self.version
         st = self.sampler.extend(params, self.empty, self.prompts, self.lens, version=v)
-        st, _ = self.sampler.generate(params, st, jax.random.key(v + 1), max_new_tokens=NEW,
-                                      version=v)
+        st, _ = self.sampler.generate(params, st, jax.random.key(v + 1), max_new_tokens=NEW, version=v)
         batch = self._make_batch(st.tokens, st.logp)
         batch["positions"] = self.positions
         jax.block_until_ready(batch)
         t1 = time.perf_counter()
         if self.beta and not self.fused_reference:
             batch["ref_logp"] = jax.block_until_ready(
-                self.ref_logp(self.ref_params, batch["tokens"], self.positions)[0])
+                self.ref_logp(self.ref_params, batch["tokens"], self.positions)[0]
+            )
         t2 = time.perf_counter()
         ref = (self.ref_params,) if self.beta and self.fused_reference else ()
         self.state, metrics = self.train_step(self.state, batch, *ref)
@@ -160,32 +169,52 @@ class TunixGRPO:
         self.nnx = nnx
         m = MODEL
         cfg = tl.ModelConfig(
-            num_layers=m["n_layers"], vocab_size=m["vocab_size"], embed_dim=m["d_model"],
-            hidden_dim=m["d_ff"], num_heads=m["n_heads"], head_dim=m["head_dim"],
-            num_kv_heads=m["n_kv_heads"], rope_theta=10000, norm_eps=1e-6, weight_tying=True,
-            shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True))
-        self.mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"),
-                         axis_types=(AxisType.Auto,) * 2)
+            num_layers=m["n_layers"],
+            vocab_size=m["vocab_size"],
+            embed_dim=m["d_model"],
+            hidden_dim=m["d_ff"],
+            num_heads=m["n_heads"],
+            head_dim=m["head_dim"],
+            num_kv_heads=m["n_kv_heads"],
+            rope_theta=10000,
+            norm_eps=1e-6,
+            weight_tying=True,
+            shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True),
+        )
+        self.mesh = Mesh(
+            np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2
+        )
         with jax.set_mesh(self.mesh):
             self.actor = tl.Llama3(cfg, rngs=nnx.Rngs(0))
             ref = tl.Llama3(cfg, rngs=nnx.Rngs(0)) if beta else None
-            r2m = {rlc.Role.ACTOR: self.mesh, rlc.Role.REFERENCE: self.mesh,
-                   rlc.Role.ROLLOUT: self.mesh}
+            r2m = {rlc.Role.ACTOR: self.mesh, rlc.Role.REFERENCE: self.mesh, rlc.Role.ROLLOUT: self.mesh}
             self.cc = rlc.ClusterConfig(
-                role_to_mesh=r2m, rollout_engine="vanilla", offload_to_cpu=False,
+                role_to_mesh=r2m,
+                rollout_engine="vanilla",
+                offload_to_cpu=False,
                 training_config=rlc.RLTrainingConfig(
-                    actor_optimizer=optax.adamw(LR), eval_every_n_steps=10**9, max_steps=1),
+                    actor_optimizer=optax.adamw(LR), eval_every_n_steps=10**9, max_steps=1
+                ),
                 rollout_config=base_rollout.RolloutConfig(
-                    max_tokens_to_generate=NEW, max_prompt_length=PROMPT_LEN,
-                    kv_cache_size=PROMPT_LEN + NEW, temperature=1.0, top_p=1.0, top_k=None,
-                    eos_tokens=[m["vocab_size"]]))
-            self.cluster = rlc.RLCluster(actor=self.actor, reference=ref,
-                                         tokenizer=_IntTokenizer(), cluster_config=self.cc)
+                    max_tokens_to_generate=NEW,
+                    max_prompt_length=PROMPT_LEN,
+                    kv_cache_size=PROMPT_LEN + NEW,
+                    temperature=1.0,
+                    top_p=1.0,
+                    top_k=None,
+                    eos_tokens=[m["vocab_size"]],
+                ),
+            )
+            self.cluster = rlc.RLCluster(
+                actor=self.actor, reference=ref, tokenizer=_IntTokenizer(), cluster_config=self.cc
+            )
             self.learner = gl.GRPOLearner(
                 rl_cluster=self.cluster,
-                algo_config=gl.GRPOConfig(num_generations=GROUP, num_iterations=1, beta=beta,
-                                          epsilon=EPS, kl_loss_mode="low_var_kl"),
-                reward_fns=tunix_reward)
+                algo_config=gl.GRPOConfig(
+                    num_generations=GROUP, num_iterations=1, beta=beta, epsilon=EPS, kl_loss_mode="low_var_kl"
+                ),
+                reward_fns=tunix_reward,
+            )
         self.phase: dict[str, float] = {}
         self._wrap("generate", "rollout", lambda out: out.tokens)
         self._wrap("get_ref_per_token_logps", "reference", lambda out: out)
@@ -238,13 +267,21 @@ class TunixGRPO:
 def median_row(runs: list[dict[str, float]]) -> dict:
     keys = ["total"] + [k for k in PHASES if any(k in r for r in runs)]
     return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys} | {
-        "n": len(runs), "all_total": [round(r["total"], 4) for r in runs]}
+        "n": len(runs),
+        "all_total": [round(r["total"], 4) for r in runs],
+    }
 
 
 def bench_variant(beta: float, repeats: int, warmup: int, engines: list[str]) -> dict:
-    ours = {name: AgentjaxGRPO(exact_tile=8 if name == "agentjax_exact" else 0, beta=beta,
-                               fused_reference=name != "agentjax_split")
-            for name in engines if name.startswith("agentjax") and (beta or name != "agentjax_split")}
+    ours = {
+        name: AgentjaxGRPO(
+            exact_tile=8 if name == "agentjax_exact" else 0,
+            beta=beta,
+            fused_reference=name != "agentjax_split",
+        )
+        for name in engines
+        if name.startswith("agentjax") and (beta or name != "agentjax_split")
+    }
     runs: dict[str, list] = {k: [] for k in ours}
 
     def between():
@@ -254,7 +291,7 @@ def bench_variant(beta: float, repeats: int, warmup: int, engines: list[str]) ->
     if "tunix" in engines:
         # tunix iteration i+1 follows agentjax iteration i; both compile in their first one.
         tunix_runs = TunixGRPO(beta).run(warmup + repeats + 1, between)
-        runs["tunix"] = tunix_runs[warmup + 1:]
+        runs["tunix"] = tunix_runs[warmup + 1 :]
         for k in ours:
             runs[k] = runs[k][warmup:]
     else:
@@ -268,15 +305,19 @@ def bench_variant(beta: float, repeats: int, warmup: int, engines: list[str]) ->
             # against the tunix iteration run right after it): less sensitive to load changes.
             row[f"tunix_over_{k}"] = row["tunix"]["total"] / row[k]["total"]
             row[f"tunix_over_{k}_paired"] = statistics.median(
-                t["total"] / a["total"] for t, a in zip(runs["tunix"], runs[k], strict=True))
+                t["total"] / a["total"] for t, a in zip(runs["tunix"], runs[k], strict=True)
+            )
     if "tunix_over_agentjax" in row:
         row["pass"] = row["tunix_over_agentjax"] >= TARGET
     return row
 
 
 def format_table(results: dict) -> str:
-    lines = ["| variant | engine | iteration s | rollout s | reference s | update s | "
-             "tunix / engine | paired | vs 1.5x |", "|---" * 9 + "|"]
+    lines = [
+        "| variant | engine | iteration s | rollout s | reference s | update s | "
+        "tunix / engine | paired | vs 1.5x |",
+        "|---" * 9 + "|",
+    ]
     for variant, row in results["variants"].items():
         for eng in ("agentjax", "agentjax_split", "agentjax_exact", "tunix"):
             if eng not in row:
@@ -284,12 +325,13 @@ def format_table(results: dict) -> str:
             r = row[eng]
             ph = [f"{r[p]:.4f}" if p in r else "-" for p in PHASES]
             ratio = row.get(f"tunix_over_{eng}")
-            verdict = "" if eng != "agentjax" or ratio is None else (
-                "PASS" if ratio >= TARGET else "FAIL")
+            verdict = "" if eng != "agentjax" or ratio is None else ("PASS" if ratio >= TARGET else "FAIL")
             paired = row.get(f"tunix_over_{eng}_paired")
-            lines.append(f"| {variant} | {eng} | {r['total']:.4f} | {' | '.join(ph)} | "
-                         f"{'' if ratio is None else f'{ratio:.2f}x'} | "
-                         f"{'' if paired is None else f'{paired:.2f}x'} | {verdict} |")
+            lines.append(
+                f"| {variant} | {eng} | {r['total']:.4f} | {' | '.join(ph)} | "
+                f"{'' if ratio is None else f'{ratio:.2f}x'} | "
+                f"{'' if paired is None else f'{paired:.2f}x'} | {verdict} |"
+            )
     return "\n".join(lines)
 
 
@@ -302,13 +344,28 @@ def main():
     ap.add_argument("--engines", default="agentjax,agentjax_split,agentjax_exact,tunix")
     args = ap.parse_args()
     engines = args.engines.split(",")
-    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                           "jax": jax.__version__, "devices": str(jax.devices()),
-                           "loadavg_start": os.getloadavg()},
-               "work": {"prompts": PROMPTS, "generations": GROUP, "prompt_len": PROMPT_LEN,
-                        "new_tokens": NEW, "model": MODEL, "beta": BETA, "repeats": args.repeats,
-                        "warmup": args.warmup, "statistic": "median wall s per iteration"},
-               "target_tunix_over_agentjax": TARGET, "variants": {}}
+    results = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "jax": jax.__version__,
+            "devices": str(jax.devices()),
+            "loadavg_start": os.getloadavg(),
+        },
+        "work": {
+            "prompts": PROMPTS,
+            "generations": GROUP,
+            "prompt_len": PROMPT_LEN,
+            "new_tokens": NEW,
+            "model": MODEL,
+            "beta": BETA,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "statistic": "median wall s per iteration",
+        },
+        "target_tunix_over_agentjax": TARGET,
+        "variants": {},
+    }
     for variant in args.variants.split(","):
         beta = BETA if variant == "kl" else 0.0
         row = bench_variant(beta, args.repeats, args.warmup, engines)

@@ -1,7 +1,7 @@
 """Records a run's learning curve in docs/learning.md (made from the run's own metrics.jsonl).
 
-    python -m launch.train --workdir=workdir/default
-    python benchmarks/learning_curve.py workdir/default
+python -m launch.train --workdir=workdir/default
+python benchmarks/learning_curve.py workdir/default
 """
 
 from __future__ import annotations

@@ -69,29 +69,47 @@ def diagnose(workdir: str, group_size: int = 8) -> list[dict]:
             if x.size > 1:
                 adv.extend(((x - x.mean()) / (x.std() + 1e-6)).tolist())
         lr = learner.get(v + 1, {})
-        out.append({
-            "version": v, "n": len(ts), "reward": float(np.mean([t.final_reward for t in ts])),
-            **{f"entropy@{k}": float(np.mean(e)) if e else float("nan") for k, e in enumerate(ent)},
-            "all_same": float(np.mean(same)) if same else float("nan"),
-            "adv_abs": float(np.mean(np.abs(adv))) if adv else 0.0,
-            "adv_max": float(np.max(np.abs(adv))) if adv else 0.0,
-            "malformed": malformed / max(actions, 1),
-            "grad_norm": lr.get("grad_norm", float("nan")),
-            "ratio_max": lr.get("loss/ratio/max", float("nan")),
-            "filter": lr.get("masked/filter_icepop", float("nan")),
-            "kl": lr.get("loss/kl", float("nan")),
-        })
+        out.append(
+            {
+                "version": v,
+                "n": len(ts),
+                "reward": float(np.mean([t.final_reward for t in ts])),
+                **{f"entropy@{k}": float(np.mean(e)) if e else float("nan") for k, e in enumerate(ent)},
+                "all_same": float(np.mean(same)) if same else float("nan"),
+                "adv_abs": float(np.mean(np.abs(adv))) if adv else 0.0,
+                "adv_max": float(np.max(np.abs(adv))) if adv else 0.0,
+                "malformed": malformed / max(actions, 1),
+                "grad_norm": lr.get("grad_norm", float("nan")),
+                "ratio_max": lr.get("loss/ratio/max", float("nan")),
+                "filter": lr.get("masked/filter_icepop", float("nan")),
+                "kl": lr.get("loss/kl", float("nan")),
+            }
+        )
     return out
 
 
 def table(rows: list[dict], every: int = 5) -> str:
-    keys = ["version", "n", "reward", *[f"entropy@{k}" for k in range(POSITIONS)], "all_same",
-            "adv_abs", "malformed", "grad_norm", "ratio_max", "filter", "kl"]
+    keys = [
+        "version",
+        "n",
+        "reward",
+        *[f"entropy@{k}" for k in range(POSITIONS)],
+        "all_same",
+        "adv_abs",
+        "malformed",
+        "grad_norm",
+        "ratio_max",
+        "filter",
+        "kl",
+    ]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
         if r["version"] % every == 0 or r is rows[-1]:
-            lines.append("| " + " | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k])
-                                           for k in keys) + " |")
+            lines.append(
+                "| "
+                + " | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys)
+                + " |"
+            )
     return "\n".join(lines)
 
 

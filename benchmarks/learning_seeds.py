@@ -33,9 +33,21 @@ def run_seed(seed: int, workdir: str, extra: list[str], fresh: bool) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "launch.train", f"--config.seed={seed}",
-                              f"--workdir={workdir}", "--config.report=False", *extra],
-                             cwd=ROOT, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launch.train",
+                f"--config.seed={seed}",
+                f"--workdir={workdir}",
+                "--config.report=False",
+                *extra,
+            ],
+            cwd=ROOT,
+            env={**env, "JAX_PLATFORMS": "cpu"},
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         with open(os.path.join(workdir, "train.log"), "w") as f:
             f.write(out.stdout + out.stderr)
@@ -46,34 +58,57 @@ def run_seed(seed: int, workdir: str, extra: list[str], fresh: bool) -> dict:
     curve = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
     h = summary["header"]
     final = summary["final_eval"]["eval/success"]
-    return {"seed": seed, "demonstrator": h["demonstrator_success"], "rl_start": h["rl_start_success"],
-            "final": final, "gain": final - h["rl_start_success"],
-            "margin": final - h["demonstrator_success"], "best": max(s for _, s in curve),
-            "wall_seconds": wall if wall is not None else summary.get("wall_seconds"),
-            "train_wall_seconds": summary.get("wall_seconds"), "curve": curve,
-            "versions": h.get("versions")}
+    return {
+        "seed": seed,
+        "demonstrator": h["demonstrator_success"],
+        "rl_start": h["rl_start_success"],
+        "final": final,
+        "gain": final - h["rl_start_success"],
+        "margin": final - h["demonstrator_success"],
+        "best": max(s for _, s in curve),
+        "wall_seconds": wall if wall is not None else summary.get("wall_seconds"),
+        "train_wall_seconds": summary.get("wall_seconds"),
+        "curve": curve,
+        "versions": h.get("versions"),
+    }
 
 
 def verdict(rows: list[dict]) -> dict:
-    each = {r["seed"]: {"final": r["final"] >= TARGETS["final"], "gain": r["gain"] >= TARGETS["gain"],
-                        "margin": r["margin"] >= TARGETS["margin"]} for r in rows}
+    each = {
+        r["seed"]: {
+            "final": r["final"] >= TARGETS["final"],
+            "gain": r["gain"] >= TARGETS["gain"],
+            "margin": r["margin"] >= TARGETS["margin"],
+        }
+        for r in rows
+    }
     median = statistics.median(r["final"] for r in rows)
-    return {"per_seed": each, "median_final": median, "median_ok": median >= TARGETS["median"],
-            "all_met": all(all(v.values()) for v in each.values()) and median >= TARGETS["median"]}
+    return {
+        "per_seed": each,
+        "median_final": median,
+        "median_ok": median >= TARGETS["median"],
+        "all_met": all(all(v.values()) for v in each.values()) and median >= TARGETS["median"],
+    }
 
 
 def table(rows: list[dict], v: dict) -> str:
-    lines = ["| seed | demonstrator | warm start (RL start) | final | gain | margin | wall | targets |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| seed | demonstrator | warm start (RL start) | final | gain | margin | wall | targets |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ok = v["per_seed"][r["seed"]]
         missed = ", ".join(k for k, x in ok.items() if not x)
-        lines.append(f"| {r['seed']} | {r['demonstrator']:.3f} | {r['rl_start']:.3f} | {r['final']:.3f} | "
-                     f"{r['gain']:+.3f} | {r['margin']:+.3f} | {r['wall_seconds'] or 0:.0f} s | "
-                     f"{'MISSED: ' + missed if missed else 'met'} |")
-    lines.append(f"\nmedian final {v['median_final']:.3f} (target >= {TARGETS['median']}); "
-                 f"targets per seed: final >= {TARGETS['final']}, gain >= +{TARGETS['gain']}, "
-                 f"margin >= +{TARGETS['margin']}; all met: {v['all_met']}")
+        lines.append(
+            f"| {r['seed']} | {r['demonstrator']:.3f} | {r['rl_start']:.3f} | {r['final']:.3f} | "
+            f"{r['gain']:+.3f} | {r['margin']:+.3f} | {r['wall_seconds'] or 0:.0f} s | "
+            f"{'MISSED: ' + missed if missed else 'met'} |"
+        )
+    lines.append(
+        f"\nmedian final {v['median_final']:.3f} (target >= {TARGETS['median']}); "
+        f"targets per seed: final >= {TARGETS['final']}, gain >= +{TARGETS['gain']}, "
+        f"margin >= +{TARGETS['margin']}; all met: {v['all_met']}"
+    )
     return "\n".join(lines)
 
 
@@ -89,8 +124,7 @@ def plot(rows: list[dict], path: str) -> None:
         ax.plot(steps, succ, marker="o", ms=3, label=f"seed {r['seed']}")
     ax.axhline(rows[0]["demonstrator"], ls=":", color="gray", label="demonstrator")
     ax.axhline(TARGETS["final"], ls="--", color="black", lw=0.8, label="target 0.80")
-    ax.set(xlabel="RL step", ylabel="greedy held-out success", ylim=(0, 1),
-           title="default run, five seeds")
+    ax.set(xlabel="RL step", ylabel="greedy held-out success", ylim=(0, 1), title="default run, five seeds")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -33,12 +33,21 @@ from agentjax.sampling.sampler import Sampler
 PROMPT = 16
 TORCH_THREADS = 1  # set by --torch-threads; 1 avoids OpenMP spin-waits on a shared machine
 CASES = {  # name: (model, batch, new tokens)
-    "tiny_b32": (dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512,
-                      vocab_size=64), 32, 64),
-    "tiny_b1": (dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512,
-                     vocab_size=64), 1, 64),
-    "small_b32": (dict(d_model=512, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=64, d_ff=2048,
-                       vocab_size=4096), 32, 128),
+    "tiny_b32": (
+        dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, vocab_size=64),
+        32,
+        64,
+    ),
+    "tiny_b1": (
+        dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, vocab_size=64),
+        1,
+        64,
+    ),
+    "small_b32": (
+        dict(d_model=512, n_layers=4, n_heads=8, n_kv_heads=8, head_dim=64, d_ff=2048, vocab_size=4096),
+        32,
+        128,
+    ),
 }
 
 
@@ -110,24 +119,44 @@ def bench_tunix(m, batch, new):
     from tunix.models.llama3 import model as tl
 
     cfg = tl.ModelConfig(
-        num_layers=m["n_layers"], vocab_size=m["vocab_size"], embed_dim=m["d_model"],
-        hidden_dim=m["d_ff"], num_heads=m["n_heads"], head_dim=m["head_dim"],
-        num_kv_heads=m["n_kv_heads"], rope_theta=10000, norm_eps=1e-6, weight_tying=True,
-        shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True))
-    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"),
-                axis_types=(AxisType.Auto,) * 2)
+        num_layers=m["n_layers"],
+        vocab_size=m["vocab_size"],
+        embed_dim=m["d_model"],
+        hidden_dim=m["d_ff"],
+        num_heads=m["n_heads"],
+        head_dim=m["head_dim"],
+        num_kv_heads=m["n_kv_heads"],
+        rope_theta=10000,
+        norm_eps=1e-6,
+        weight_tying=True,
+        shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True),
+    )
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
     with jax.set_mesh(mesh):
         model = tl.Llama3(cfg, rngs=nnx.Rngs(0))
-        s = tsampler.Sampler(model, _IntTokenizer(), tsampler.CacheConfig(
-            cache_size=PROMPT + new, num_layers=m["n_layers"], num_kv_heads=m["n_kv_heads"],
-            head_dim=m["head_dim"]))
+        s = tsampler.Sampler(
+            model,
+            _IntTokenizer(),
+            tsampler.CacheConfig(
+                cache_size=PROMPT + new,
+                num_layers=m["n_layers"],
+                num_kv_heads=m["n_kv_heads"],
+                head_dim=m["head_dim"],
+            ),
+        )
         rng = np.random.default_rng(0)
-        prompts = [" ".join(map(str, rng.integers(1, m["vocab_size"], PROMPT)))
-                   for _ in range(batch)]
+        prompts = [" ".join(map(str, rng.integers(1, m["vocab_size"], PROMPT))) for _ in range(batch)]
 
         def run():
-            out = s(prompts, max_generation_steps=new, max_prompt_length=PROMPT,
-                    eos_tokens=[m["vocab_size"]], temperature=1.0, top_p=1.0, seed=1)
+            out = s(
+                prompts,
+                max_generation_steps=new,
+                max_prompt_length=PROMPT,
+                eos_tokens=[m["vocab_size"]],
+                temperature=1.0,
+                top_p=1.0,
+                seed=1,
+            )
             assert all(len(t) == new for t in out.tokens), [len(t) for t in out.tokens]
 
         run()  # compile
@@ -145,20 +174,38 @@ def bench_transformers(m, batch, new):
 
     torch.set_num_threads(TORCH_THREADS)
     cfg = LlamaConfig(
-        vocab_size=m["vocab_size"], hidden_size=m["d_model"], intermediate_size=m["d_ff"],
-        num_hidden_layers=m["n_layers"], num_attention_heads=m["n_heads"],
-        num_key_value_heads=m["n_kv_heads"], head_dim=m["head_dim"],
-        max_position_embeddings=PROMPT + new, rms_norm_eps=1e-6, rope_theta=10000.0,
-        tie_word_embeddings=True, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+        vocab_size=m["vocab_size"],
+        hidden_size=m["d_model"],
+        intermediate_size=m["d_ff"],
+        num_hidden_layers=m["n_layers"],
+        num_attention_heads=m["n_heads"],
+        num_key_value_heads=m["n_kv_heads"],
+        head_dim=m["head_dim"],
+        max_position_embeddings=PROMPT + new,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(1, m["vocab_size"], (batch, PROMPT))
     mask = torch.ones_like(ids)
 
     def run():
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
-                                 max_new_tokens=new, min_new_tokens=new, temperature=1.0,
-                                 top_k=0, top_p=1.0, pad_token_id=0)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=0,
+            )
         assert out.shape == (batch, PROMPT + new)
 
     run()  # warm-up
@@ -193,16 +240,27 @@ def main():
     TORCH_THREADS = args.torch_threads
     engines = args.engines.split(",")
     peak = matmul_flops()
-    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                           "jax": jax.__version__, "matmul_flops": peak,
-                           "torch_threads": args.torch_threads, "repeats": args.repeats,
-                           "loadavg_start": os.getloadavg()}, "cases": {}}
+    results = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "jax": jax.__version__,
+            "matmul_flops": peak,
+            "torch_threads": args.torch_threads,
+            "repeats": args.repeats,
+            "loadavg_start": os.getloadavg(),
+        },
+        "cases": {},
+    }
     for name in args.cases.split(","):
         m, batch, new = CASES[name]
         row = {"batch": batch, "new_tokens": new, "prompt": PROMPT, "model": m}
-        makers = {"agentjax": lambda *a: bench_agentjax(*a, exact_tile=0),
-                  "agentjax_exact": lambda *a: bench_agentjax(*a, exact_tile=8),
-                  "tunix": bench_tunix, "transformers": bench_transformers}
+        makers = {
+            "agentjax": lambda *a: bench_agentjax(*a, exact_tile=0),
+            "agentjax_exact": lambda *a: bench_agentjax(*a, exact_tile=8),
+            "tunix": bench_tunix,
+            "transformers": bench_transformers,
+        }
         runners = {}
         for eng in engines:
             if eng == "agentjax_exact" and name not in EXACT_CASES:
@@ -230,8 +288,11 @@ def main():
 
 
 def format_table(results):
-    lines = ["| case | agentjax tok/s | exact tok/s | tunix tok/s | transformers tok/s | "
-             "x tunix | x transformers | exact/fast | FLOP fraction |", "|---" * 9 + "|"]
+    lines = [
+        "| case | agentjax tok/s | exact tok/s | tunix tok/s | transformers tok/s | "
+        "x tunix | x transformers | exact/fast | FLOP fraction |",
+        "|---" * 9 + "|",
+    ]
     g = lambda r, k: r.get(k, {}).get("tok_s", float("nan"))
     for name, r in results["cases"].items():
         lines.append(
@@ -240,7 +301,8 @@ def format_table(results):
             f"{r.get('agentjax_over_tunix', float('nan')):.2f} | "
             f"{r.get('agentjax_over_transformers', float('nan')):.2f} | "
             f"{1 / r.get('agentjax_over_agentjax_exact', float('nan')):.2f} | "
-            f"{r.get('flop_fraction', float('nan')):.3f} |")
+            f"{r.get('flop_fraction', float('nan')):.3f} |"
+        )
     return "\n".join(lines)
 
 

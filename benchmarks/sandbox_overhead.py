@@ -35,8 +35,15 @@ def _calls(ws: str, pkg: str) -> dict[str, list[str]]:
         "cat a file (read tool)": ["/usr/bin/cat", f"{ws}/{pkg}/core.py"],
         "sh write a file (write tool)": ["/bin/sh", "-c", f"echo x > {ws}/tmp_out.txt"],
         "python3 -c pass": [PY, "-c", "pass"],
-        "pytest visible tests (test tool)": [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                             f"{ws}/tests"],
+        "pytest visible tests (test tool)": [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{ws}/tests",
+        ],
     }
 
 
@@ -54,8 +61,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--task", default="clamp")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "sandbox_overhead.json"))
+    ap.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "results", "sandbox_overhead.json")
+    )
     args = ap.parse_args()
     iso = sandbox.probe()
     if not iso.ok:
@@ -68,13 +76,24 @@ def main() -> None:
         host_env = {"PYTHONPATH": ws, "PYTHONDONTWRITEBYTECODE": "1"}  # as inside the sandbox
         for name, argv in _calls("/work", task.package).items():
             host_argv = [a.replace("/work", ws) for a in argv]
-            plain = _time(lambda a=host_argv: subprocess.run(a, cwd=ws, capture_output=True,
-                                                             env=host_env), args.reps)
-            boxed = _time(lambda a=argv: sandbox.run(a, mounts=mounts, chdir="/work",
-                                                     env={"PYTHONPATH": "/work"}), args.reps)
-            rows.append({"call": name, "plain_median_ms": plain[0] * 1e3, "plain_p90_ms": plain[1] * 1e3,
-                         "sandbox_median_ms": boxed[0] * 1e3, "sandbox_p90_ms": boxed[1] * 1e3,
-                         "overhead_ms": (boxed[0] - plain[0]) * 1e3, "ratio": boxed[0] / plain[0]})
+            plain = _time(
+                lambda a=host_argv: subprocess.run(a, cwd=ws, capture_output=True, env=host_env), args.reps
+            )
+            boxed = _time(
+                lambda a=argv: sandbox.run(a, mounts=mounts, chdir="/work", env={"PYTHONPATH": "/work"}),
+                args.reps,
+            )
+            rows.append(
+                {
+                    "call": name,
+                    "plain_median_ms": plain[0] * 1e3,
+                    "plain_p90_ms": plain[1] * 1e3,
+                    "sandbox_median_ms": boxed[0] * 1e3,
+                    "sandbox_p90_ms": boxed[1] * 1e3,
+                    "overhead_ms": (boxed[0] - plain[0]) * 1e3,
+                    "ratio": boxed[0] / plain[0],
+                }
+            )
         os.remove(f"{ws}/tmp_out.txt")
         for rel, text in task.reference.items():
             with open(os.path.join(ws, rel), "w") as f:
@@ -87,14 +106,25 @@ def main() -> None:
     w = max(len(r["call"]) for r in rows)
     print(f"{'tool call':<{w}}  {'plain ms':>9}  {'sandbox ms':>10}  {'overhead ms':>11}  {'ratio':>6}")
     for r in rows:
-        print(f"{r['call']:<{w}}  {r['plain_median_ms']:9.1f}  {r['sandbox_median_ms']:10.1f}  "
-              f"{r['overhead_ms']:11.1f}  {r['ratio']:6.2f}")
-    print(f"codefix verify (fresh sandbox + pytest, task {args.task}): median {verify[0] * 1e3:.0f} ms,"
-          f" p90 {verify[1] * 1e3:.0f} ms")
-    result = {"reps": args.reps, "rows": rows, "verify_median_ms": verify[0] * 1e3,
-              "verify_p90_ms": verify[1] * 1e3, "cgroups": list(iso.cgroups),
-              "tools": dict(faults.tool_versions()), "cpus": os.cpu_count(),
-              "loadavg_1m_at_end": os.getloadavg()[0], "machine": platform.machine()}
+        print(
+            f"{r['call']:<{w}}  {r['plain_median_ms']:9.1f}  {r['sandbox_median_ms']:10.1f}  "
+            f"{r['overhead_ms']:11.1f}  {r['ratio']:6.2f}"
+        )
+    print(
+        f"codefix verify (fresh sandbox + pytest, task {args.task}): median {verify[0] * 1e3:.0f} ms,"
+        f" p90 {verify[1] * 1e3:.0f} ms"
+    )
+    result = {
+        "reps": args.reps,
+        "rows": rows,
+        "verify_median_ms": verify[0] * 1e3,
+        "verify_p90_ms": verify[1] * 1e3,
+        "cgroups": list(iso.cgroups),
+        "tools": dict(faults.tool_versions()),
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_end": os.getloadavg()[0],
+        "machine": platform.machine(),
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

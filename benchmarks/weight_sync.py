@@ -46,8 +46,16 @@ TARGET_RATIO = 1.5
 LEARNER = {"fsdp": 4}
 SAMPLER = {"data": 2, "tensor": 2}
 MODELS = {
-    "main (d512 L4 V4096)": ModelConfig(vocab_size=4096, d_model=512, n_layers=4, n_heads=8,
-                                        n_kv_heads=4, head_dim=64, d_ff=1024, max_seq_len=512),
+    "main (d512 L4 V4096)": ModelConfig(
+        vocab_size=4096,
+        d_model=512,
+        n_layers=4,
+        n_heads=8,
+        n_kv_heads=4,
+        head_dim=64,
+        d_ff=1024,
+        max_seq_len=512,
+    ),
     "tiny (tiny_dense)": tiny_dense(),
 }
 
@@ -55,14 +63,18 @@ MODELS = {
 def _random_params(config: ModelConfig, seed: int = 0):
     """Random values in the model's layout (numpy: no compilation, no init cost)."""
     rng = np.random.default_rng(seed)
-    return jax.tree.map(lambda s: jnp.asarray(0.02 * rng.standard_normal(s.shape, np.float32)),
-                        abstract_params(config))
+    return jax.tree.map(
+        lambda s: jnp.asarray(0.02 * rng.standard_normal(s.shape, np.float32)), abstract_params(config)
+    )
 
 
 def _stats(ts: list[float]) -> dict[str, float]:
     a = np.asarray(ts)
-    return {"median_s": float(np.median(a)), "p10_s": float(np.percentile(a, 10)),
-            "p90_s": float(np.percentile(a, 90))}
+    return {
+        "median_s": float(np.median(a)),
+        "p10_s": float(np.percentile(a, 10)),
+        "p90_s": float(np.percentile(a, 90)),
+    }
 
 
 def bench(config: ModelConfig, reps: int, warmup: int) -> dict:
@@ -101,8 +113,11 @@ def bench(config: ModelConfig, reps: int, warmup: int) -> dict:
         "params": n_params,
         "bytes": nbytes,
         "leaves": len(jax.tree.leaves(learner)),
-        "sync": {**s, "bytes_per_s": nbytes / s["median_s"],
-                 "stats_seconds_mean": stats.seconds / stats.syncs},
+        "sync": {
+            **s,
+            "bytes_per_s": nbytes / s["median_s"],
+            "stats_seconds_mean": stats.seconds / stats.syncs,
+        },
         "raw_device_put": {**r, "bytes_per_s": nbytes / r["median_s"]},
         "ratio": s["median_s"] / r["median_s"],
         "syncs_counted": stats.syncs,
@@ -114,35 +129,44 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "weight_sync.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "weight_sync.json"))
     args = ap.parse_args()
     rows = {name: bench(cfg, args.reps, args.warmup) for name, cfg in MODELS.items()}
 
-    print(f"learner mesh {LEARNER} on devices 0-3 -> sampler mesh {SAMPLER} on devices 4-7 "
-          f"({len(jax.devices())} fake CPU devices, jax {jax.__version__}); "
-          f"median of {args.reps} (p10-p90)")
-    head = (f"{'model':22} {'params':>9} {'MB':>7} | {'sync_weights ms':>22} {'GB/s':>6} | "
-            f"{'raw device_put ms':>22} {'GB/s':>6} | {'ratio':>6}")
+    print(
+        f"learner mesh {LEARNER} on devices 0-3 -> sampler mesh {SAMPLER} on devices 4-7 "
+        f"({len(jax.devices())} fake CPU devices, jax {jax.__version__}); "
+        f"median of {args.reps} (p10-p90)"
+    )
+    head = (
+        f"{'model':22} {'params':>9} {'MB':>7} | {'sync_weights ms':>22} {'GB/s':>6} | "
+        f"{'raw device_put ms':>22} {'GB/s':>6} | {'ratio':>6}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in rows.items():
         s, d = r["sync"], r["raw_device_put"]
-        cell = lambda x: (f"{1e3 * x['median_s']:7.2f} ({1e3 * x['p10_s']:6.2f}-"  # noqa: E731
-                          f"{1e3 * x['p90_s']:6.2f})")
-        print(f"{name:22} {r['params']:9d} {r['bytes'] / 1e6:7.2f} | {cell(s):>22} "
-              f"{s['bytes_per_s'] / 1e9:6.2f} | {cell(d):>22} {d['bytes_per_s'] / 1e9:6.2f} | "
-              f"{r['ratio']:6.3f}")
+        cell = lambda x: (
+            f"{1e3 * x['median_s']:7.2f} ({1e3 * x['p10_s']:6.2f}-"  # noqa: E731
+            f"{1e3 * x['p90_s']:6.2f})"
+        )
+        print(
+            f"{name:22} {r['params']:9d} {r['bytes'] / 1e6:7.2f} | {cell(s):>22} "
+            f"{s['bytes_per_s'] / 1e9:6.2f} | {cell(d):>22} {d['bytes_per_s'] / 1e9:6.2f} | "
+            f"{r['ratio']:6.3f}"
+        )
     main_name = next(iter(MODELS))
     ratio = rows[main_name]["ratio"]
     ok = ratio <= TARGET_RATIO
-    print(f"target: sync_weights <= {TARGET_RATIO}x raw device_put ({main_name}): "
-          f"{ratio:.3f}x -> {'PASS' if ok else 'FAIL'}")
+    print(
+        f"target: sync_weights <= {TARGET_RATIO}x raw device_put ({main_name}): "
+        f"{ratio:.3f}x -> {'PASS' if ok else 'FAIL'}"
+    )
 
     result = {
         "benchmark": "weight_sync",
         "target": f"disaggregated sync time <= {TARGET_RATIO}x raw jax.device_put, same bytes, "
-                  "same sub-meshes",
+        "same sub-meshes",
         "target_model": main_name,
         "ratio": ratio,
         "pass": ok,
@@ -152,8 +176,11 @@ def main() -> None:
         "reps": args.reps,
         "warmup": args.warmup,
         "jax": jax.__version__,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_avg_1m": os.getloadavg()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_1m": os.getloadavg()[0],
+        },
         "rows": rows,
         "unix_time": time.time(),
     }

@@ -10,8 +10,9 @@ from ml_collections import ConfigDict
 def get_config() -> ConfigDict:
     c = ConfigDict()
     # The benchmark's tiny model (Llama layout); ``moe`` adds the same model with experts.
-    c.model = dict(vocab_size=64, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
-                   d_ff=512, max_seq_len=64)
+    c.model = dict(
+        vocab_size=64, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, max_seq_len=64
+    )
     c.moe = dict(n_experts=4, n_experts_per_token=2)  # {} = dense only
     c.exact_tile = 8
     c.batch = 32

@@ -14,20 +14,48 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.model = dict(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=256,
-                   max_seq_len=96, exact_tile=8, value_head="none")
-    c.task = dict(name="minirepo", difficulty="default", latency="long_tailed", max_steps=6,
-                  eval_tasks=256, hack_tool=True)
+    c.model = dict(
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        d_ff=256,
+        max_seq_len=96,
+        exact_tile=8,
+        value_head="none",
+    )
+    c.task = dict(
+        name="minirepo",
+        difficulty="default",
+        latency="long_tailed",
+        max_steps=6,
+        eval_tasks=256,
+        hack_tool=True,
+    )
     c.caps = dict(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
     c.warm_start = dict(episodes=2000, steps=600, batch_size=64, learning_rate=3e-3)
     c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
-    c.scheduler = dict(mode="windowed_fifo", window=64, num_slots=128, max_version_gap=2,
-                       gen_seconds_per_token=0.02, learner_step_time=2.0,
-                       # engine_slots > 0: sample on the slot engine (EngineRollout) with an
-                       # env pool instead of lock-step Rollout; same trajectories in exact mode
-                       engine_slots=0, engine_chunk=8, env_workers=8, env_pool="thread")
-    c.placement = dict(kind="colocated", learner_mesh=dict(data=1, fsdp=1, tensor=1),
-                       sampler_mesh=dict(data=0, fsdp=0, tensor=0), sync_every=1)
+    c.scheduler = dict(
+        mode="windowed_fifo",
+        window=64,
+        num_slots=128,
+        max_version_gap=2,
+        gen_seconds_per_token=0.02,
+        learner_step_time=2.0,
+        # engine_slots > 0: sample on the slot engine (EngineRollout) with an
+        # env pool instead of lock-step Rollout; same trajectories in exact mode
+        engine_slots=0,
+        engine_chunk=8,
+        env_workers=8,
+        env_pool="thread",
+    )
+    c.placement = dict(
+        kind="colocated",
+        learner_mesh=dict(data=1, fsdp=1, tensor=1),
+        sampler_mesh=dict(data=0, fsdp=0, tensor=0),
+        sync_every=1,
+    )
     # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than
     # keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.
     c.context = dict(policy="keep_all", arg=0)
@@ -35,20 +63,47 @@ def get_config() -> ml_collections.ConfigDict:
     # defaults, agentjax/objectives/registry.py). IcePop here bands the *total* ratio
     # current/behaviour (a hard trust region against staleness): with exact kernels the mismatch
     # ratio is exactly 1, so filter_ratio="mismatch" would mask nothing (configs/bf16_sampler_icepop.py).
-    c.loss = dict(name="grpo", grpo=dict(clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean"),
-                  filter="icepop", filter_ratio="total", icepop_low=0.5, icepop_high=2.0, tis_cap=0.0,
-                  advantage="group_std", gamma=1.0, gae_lambda=0.95, whiten=True, value_coef=0.0,
-                  kl_coef=0.0, kl_kind="k3", negative_scale=1.0)
+    c.loss = dict(
+        name="grpo",
+        grpo=dict(clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean"),
+        filter="icepop",
+        filter_ratio="total",
+        icepop_low=0.5,
+        icepop_high=2.0,
+        tis_cap=0.0,
+        advantage="group_std",
+        gamma=1.0,
+        gae_lambda=0.95,
+        whiten=True,
+        value_coef=0.0,
+        kl_coef=0.0,
+        kl_kind="k3",
+        negative_scale=1.0,
+    )
     # loss.advantage: group_std | dr_grpo | rloo | gae (gae needs model.value_head "shared"/"separate")
-    c.sampler = dict(param_dtype="", compute_dtype="", head_dtype="", quantize_bits=0, exact_tile=-1,
-                     replay_routes=True)  # "" / -1: as the learner
+    c.sampler = dict(
+        param_dtype="", compute_dtype="", head_dtype="", quantize_bits=0, exact_tile=-1, replay_routes=True
+    )  # "" / -1: as the learner
     c.faults = dict(rates={}, retry_max_attempts=1, retry_max_same_cause=2)  # 1 attempt: no retries
     c.rubric = dict(mode="evidence", weight=0.0)  # "reward": (1 - w) verdict + w rubric score
     c.fingerprints = dict(mode="record")  # "group": drop a member whose env fingerprint differs
-    c.admission = dict(class_max_gap={}, downweight_from_gap=-1, downweight_decay=0.5,
-                       pressure_threshold=1.0, pressure_tighten=0)
-    c.optim = dict(learning_rate=5e-4, warmup_steps=0, weight_decay=0.0, b1=0.9, b2=0.99,
-                   grad_clip=1.0, grad_accum=1, minibatches=1)
+    c.admission = dict(
+        class_max_gap={},
+        downweight_from_gap=-1,
+        downweight_decay=0.5,
+        pressure_threshold=1.0,
+        pressure_tighten=0,
+    )
+    c.optim = dict(
+        learning_rate=5e-4,
+        warmup_steps=0,
+        weight_decay=0.0,
+        b1=0.9,
+        b2=0.99,
+        grad_clip=1.0,
+        grad_accum=1,
+        minibatches=1,
+    )
     c.checkpoint_every = 20
     c.log_every = 5
     c.report = True

@@ -18,9 +18,13 @@ from configs import default
 
 def get_config():
     c = default.get_config()
-    c.placement = dict(kind="disaggregated", learner_mesh=dict(data=1, fsdp=4, tensor=1),
-                       sampler_mesh=dict(data=2, fsdp=1, tensor=2), sync_every=2,
-                       host_devices=8)
+    c.placement = dict(
+        kind="disaggregated",
+        learner_mesh=dict(data=1, fsdp=4, tensor=1),
+        sampler_mesh=dict(data=2, fsdp=1, tensor=2),
+        sync_every=2,
+        host_devices=8,
+    )
     # The sampler may lag up to sync_every - 1 versions behind the learner on top of the
     # scheduler's queueing: keep the version-gap bound above that lag.
     c.scheduler.max_version_gap = 3

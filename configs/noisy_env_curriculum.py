@@ -17,8 +17,17 @@ def get_config():
     c = default.get_config()
     rates = dict(tool_error=0.0, timeout=0.0, verifier_crash=0.0, env_crash=0.0)
     caps = dict(tool_error=0.1, timeout=0.05, verifier_crash=0.2, env_crash=0.1)
-    c.curriculum = dict(enabled=True, start=rates, cap=caps,
-                        ramp_steps=50, warmup_steps=0, gate=0.3, floor=0.1, backoff=0.1, decay=0.9)
+    c.curriculum = dict(
+        enabled=True,
+        start=rates,
+        cap=caps,
+        ramp_steps=50,
+        warmup_steps=0,
+        gate=0.3,
+        floor=0.1,
+        backoff=0.1,
+        decay=0.9,
+    )
     c.faults = dict(rates={}, retry_max_attempts=3, retry_max_same_cause=2)
     c.rubric = dict(mode="evidence", weight=0.0)
     c.fingerprints = dict(mode="group")

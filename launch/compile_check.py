@@ -51,8 +51,10 @@ def run(cfg, topology: str | None = None) -> int:
     try:
         rows = tuple(a.strip() for a in cfg.activation_rows.split(",") if a.strip())
         if set(rows) - set(MESH_AXES):
-            raise ValueError(f"activation_rows={cfg.activation_rows!r}: unknown mesh axes "
-                             f"{sorted(set(rows) - set(MESH_AXES))}; allowed: {list(MESH_AXES)}")
+            raise ValueError(
+                f"activation_rows={cfg.activation_rows!r}: unknown mesh axes "
+                f"{sorted(set(rows) - set(MESH_AXES))}; allowed: {list(MESH_AXES)}"
+            )
         model = aot.with_remat(preset(cfg.preset), cfg.remat).replace(activation_rows=rows)
         modes = [m.strip() for m in cfg.modes.split(",") if m.strip()]
         models = {m: programs.mode_config(model, m) for m in modes}
@@ -62,18 +64,29 @@ def run(cfg, topology: str | None = None) -> int:
         print(f"compile_check: {e}", file=sys.stderr)
         return 2
     work = aot.Workload(
-        train_batch=cfg.train.batch, train_seq=cfg.train.seq_len,
-        microbatches=cfg.train.microbatches, sample_batch=cfg.sample.batch,
-        prompt_len=cfg.sample.prompt_len, cache_len=cfg.sample.cache_len,
+        train_batch=cfg.train.batch,
+        train_seq=cfg.train.seq_len,
+        microbatches=cfg.train.microbatches,
+        sample_batch=cfg.sample.batch,
+        prompt_len=cfg.sample.prompt_len,
+        cache_len=cfg.sample.cache_len,
     )
-    print(f"{cfg.preset}: {n_params(model) / 1e9:.2f}B parameters; {topology}: {len(devices)} "
-          f"chips of {devices[0].device_kind} ({aot.chip_hbm_bytes(devices[0]) / aot.GiB:.0f} GiB)")
-    print(f"train {work.train_batch} x {work.train_seq} tokens ({work.microbatches} microbatches); "
-          f"sample {work.sample_batch} x prompt {work.prompt_len}, cache {work.cache_len}")
-    print(f"model: remat={model.remat!r}, activation rows over mesh axes "
-          f"{model.activation_rows or 'none (unconstrained)'}")
-    print(f"learner: make_train_step, loss {loss.name} / filter {loss.filter} / kl_coef "
-          f"{loss.kl_coef}; sampler: extend (prefill) and generate (decode)")
+    print(
+        f"{cfg.preset}: {n_params(model) / 1e9:.2f}B parameters; {topology}: {len(devices)} "
+        f"chips of {devices[0].device_kind} ({aot.chip_hbm_bytes(devices[0]) / aot.GiB:.0f} GiB)"
+    )
+    print(
+        f"train {work.train_batch} x {work.train_seq} tokens ({work.microbatches} microbatches); "
+        f"sample {work.sample_batch} x prompt {work.prompt_len}, cache {work.cache_len}"
+    )
+    print(
+        f"model: remat={model.remat!r}, activation rows over mesh axes "
+        f"{model.activation_rows or 'none (unconstrained)'}"
+    )
+    print(
+        f"learner: make_train_step, loss {loss.name} / filter {loss.filter} / kl_coef "
+        f"{loss.kl_coef}; sampler: extend (prefill) and generate (decode)"
+    )
     failed = []
     for mode, cfg_m in models.items():
         for placement in [p.strip() for p in cfg.placements.split(",") if p.strip()]:
@@ -83,17 +96,28 @@ def run(cfg, topology: str | None = None) -> int:
                 l_dev, s_dev, where = aot.disaggregated_devices(topology)
                 print(f"disaggregated: learner and sampler on {where}")
             report = aot.check_placement(
-                cfg_m, l_dev, placement, work, learner_mesh=dict(cfg.mesh), sampler_devices=s_dev,
-                sampler_mesh=dict(cfg.sampler_mesh), rules=rules_from(cfg.rules),
-                sampler_rules=rules_from(cfg.sampler_rules), optimizer=optimizer, loss=loss,
+                cfg_m,
+                l_dev,
+                placement,
+                work,
+                learner_mesh=dict(cfg.mesh),
+                sampler_devices=s_dev,
+                sampler_mesh=dict(cfg.sampler_mesh),
+                rules=rules_from(cfg.rules),
+                sampler_rules=rules_from(cfg.sampler_rules),
+                optimizer=optimizer,
+                loss=loss,
             )
             print(aot.format_report(report))
             print(tokens_per_second(report, work), flush=True)
             failed += [f"{mode}/{placement}/{s.name}" for s in report.steps if not s.fits]
     if failed:
-        print(f"compile_check: DOES NOT FIT on {topology}: {', '.join(failed)} (see the largest "
-              "buffers above; try a larger fsdp/tensor degree, microbatches, remat or shorter "
-              "sequences)", file=sys.stderr)
+        print(
+            f"compile_check: DOES NOT FIT on {topology}: {', '.join(failed)} (see the largest "
+            "buffers above; try a larger fsdp/tensor degree, microbatches, remat or shorter "
+            "sequences)",
+            file=sys.stderr,
+        )
         return 1
     print(f"compile_check: everything fits on {topology}")
     return 0
@@ -102,8 +126,11 @@ def run(cfg, topology: str | None = None) -> int:
 def tokens_per_second(report, work: aot.Workload) -> str:
     """Roofline tokens/s per chip of each step (train and prefill: tokens in the batch; decode:
     one token per row per step)."""
-    tokens = {"train": work.train_batch * work.train_seq,
-              "prefill": work.sample_batch * work.prompt_len, "decode": work.sample_batch}
+    tokens = {
+        "train": work.train_batch * work.train_seq,
+        "prefill": work.sample_batch * work.prompt_len,
+        "decode": work.sample_batch,
+    }
     out = []
     for s in report.steps:
         if s.error is None and s.device_kind and s.roofline_seconds > 0:

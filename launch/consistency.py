@@ -41,27 +41,45 @@ def run(cfg) -> dict:
     lo, hi = cfg.prompt_len
     prompts = rng.integers(0, cfg.model["vocab_size"], (cfg.batch, hi))
     lens = rng.integers(lo, hi + 1, cfg.batch)
-    out = {"device": str(jax.devices()[0].platform), "jax": jax.__version__,
-           "xla_flags": os.environ.get("XLA_FLAGS", ""), "config": cfg.to_dict(), "models": {}}
+    out = {
+        "device": str(jax.devices()[0].platform),
+        "jax": jax.__version__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "config": cfg.to_dict(),
+        "models": {},
+    }
     for name, model in models.items():
         params = init_params(model, jax.random.key(cfg.seed))
-        results = [C.measure(mode, model, params, prompts, lens, jax.random.key(cfg.seed + 1),
-                             max_new_tokens=cfg.max_new_tokens, transform=transform)
-                   for mode in C.standard_modes(cfg.exact_tile, moe=model.is_moe)]
+        results = [
+            C.measure(
+                mode,
+                model,
+                params,
+                prompts,
+                lens,
+                jax.random.key(cfg.seed + 1),
+                max_new_tokens=cfg.max_new_tokens,
+                transform=transform,
+            )
+            for mode in C.standard_modes(cfg.exact_tile, moe=model.is_moe)
+        ]
         entry = {"modes": results}
         print(f"\n## {name} ({out['device']}, batch {cfg.batch}, {cfg.max_new_tokens} new tokens)")
         print(C.format_table(results), flush=True)
         if cfg.timing_repeats:
             sampler = C.Sampler(model)
             st = sampler.extend(params, sampler.init(cfg.batch), prompts, lens, version=0)
-            st, _ = sampler.generate(params, st, jax.random.key(0),
-                                     max_new_tokens=cfg.max_new_tokens, version=0)
-            cost = C.scoring_cost(params, C.learner_inputs(st), config=model,
-                                  repeats=cfg.timing_repeats)
+            st, _ = sampler.generate(
+                params, st, jax.random.key(0), max_new_tokens=cfg.max_new_tokens, version=0
+            )
+            cost = C.scoring_cost(params, C.learner_inputs(st), config=model, repeats=cfg.timing_repeats)
             entry["learner_cost_s"] = cost
-            print("learner exact/fast time: log-probs "
-                  f"{cost['exact_over_fast']['logprobs_s']:.2f}x, gradient "
-                  f"{cost['exact_over_fast']['grad_s']:.2f}x", flush=True)
+            print(
+                "learner exact/fast time: log-probs "
+                f"{cost['exact_over_fast']['logprobs_s']:.2f}x, gradient "
+                f"{cost['exact_over_fast']['grad_s']:.2f}x",
+                flush=True,
+            )
         out["models"][name] = entry
     return out
 
@@ -70,15 +88,20 @@ def main(argv):
     del argv
     cfg = _CONFIG.value
     if cfg.deterministic_ops and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                                   + " --xla_gpu_deterministic_ops=true").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
+        ).strip()
     report = run(cfg)
     os.makedirs(os.path.dirname(cfg.out) or ".", exist_ok=True)
     with open(cfg.out, "w") as f:
         json.dump(report, f, indent=2, default=float)
     print(f"\nwrote {cfg.out}")
-    broken = [f"{m}/{r['mode']}" for m, e in report["models"].items() for r in e["modes"]
-              if r["bitwise_claimed"] and r["logp"]["all"]["frac_zero"] != 1.0]
+    broken = [
+        f"{m}/{r['mode']}"
+        for m, e in report["models"].items()
+        for r in e["modes"]
+        if r["bitwise_claimed"] and r["logp"]["all"]["frac_zero"] != 1.0
+    ]
     if broken:
         print(f"consistency: bitwise contract broken for {broken}", file=sys.stderr)
         sys.exit(1)

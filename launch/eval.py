@@ -54,9 +54,15 @@ def main(argv):
     from agentjax.evaluation import run_eval, table  # noqa: PLC0415
     from agentjax.learner.checkpoint import CheckpointError  # noqa: PLC0415
     from agentjax.policy.config import ConfigError  # noqa: PLC0415
+
     try:
-        report = run_eval(_CONFIG.value, workdir=_WORKDIR.value, checkpoint_step=_STEP.value,
-                          num_tasks=_NUM_TASKS.value, agent=_AGENT.value)
+        report = run_eval(
+            _CONFIG.value,
+            workdir=_WORKDIR.value,
+            checkpoint_step=_STEP.value,
+            num_tasks=_NUM_TASKS.value,
+            agent=_AGENT.value,
+        )
     except ConfigError as e:
         print(f"invalid config or flag: {e}", file=sys.stderr)
         return 2
@@ -67,8 +73,9 @@ def main(argv):
         print(f"sandbox unavailable: {e}", file=sys.stderr)
         return 4
     print(table(report))
-    out = _OUT.value or (os.path.join(_WORKDIR.value, f"eval_{report['step']}.json")
-                         if report["kind"] == "checkpoint" else "")
+    out = _OUT.value or (
+        os.path.join(_WORKDIR.value, f"eval_{report['step']}.json") if report["kind"] == "checkpoint" else ""
+    )
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:

@@ -41,8 +41,9 @@ def main(argv):
     if _COORD.value or _NPROC.value:
         if os.environ.get("JAX_PLATFORMS", "") == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives
-        jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
-                                   process_id=_PID.value)
+        jax.distributed.initialize(
+            coordinator_address=_COORD.value, num_processes=_NPROC.value, process_id=_PID.value
+        )
     from agentjax import report, system
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
@@ -50,8 +51,9 @@ def main(argv):
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
-        summary = system.train(_CONFIG.value, _WORKDIR.value, resume=_RESUME.value,
-                               log=lambda s: print(s, flush=True))
+        summary = system.train(
+            _CONFIG.value, _WORKDIR.value, resume=_RESUME.value, log=lambda s: print(s, flush=True)
+        )
     except ConfigError as e:
         print(f"invalid config: {e}", file=sys.stderr)
         return 2
@@ -65,9 +67,11 @@ def main(argv):
         path = report.write_report(_WORKDIR.value)
         print(f"report: {path}")
     final = summary.get("final_eval") or {}
-    print(f"held-out success {final.get('eval/success', float('nan')):.3f} "
-          f"(warm start {summary['header'].get('rl_start_success', float('nan')):.3f}, "
-          f"demonstrator {summary['header'].get('demonstrator_success', float('nan')):.3f})")
+    print(
+        f"held-out success {final.get('eval/success', float('nan')):.3f} "
+        f"(warm start {summary['header'].get('rl_start_success', float('nan')):.3f}, "
+        f"demonstrator {summary['header'].get('demonstrator_success', float('nan')):.3f})"
+    )
     return 0
 
 

@@ -13,8 +13,13 @@ def cli_env(host_devices: int | None = None, **extra: str) -> dict[str, str]:
     """The environment a launcher runs with in tests: CPU, unbuffered output, the suite's shared
     compilation cache, and one CPU device unless ``host_devices`` asks for more (the suite's own
     8 fake devices are not inherited)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-           "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache"), **extra}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+        "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache"),
+        **extra,
+    }
     env.pop("XLA_FLAGS", None)
     if host_devices:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={host_devices}"
@@ -23,9 +28,14 @@ def cli_env(host_devices: int | None = None, **extra: str) -> dict[str, str]:
 
 def run_module(module: str, *args: str, env: dict | None = None, timeout: float = 900):
     """``python -m module args...`` from the repository root; the CompletedProcess (text)."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
-                          env=cli_env() if env is None else env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=cli_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def tail(out) -> str:

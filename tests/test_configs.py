@@ -17,8 +17,19 @@ from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_CONFIGS = ("default", "smoke", "sync_exact", "disaggregated", "moe", "codefix_eval", "bf16_sampler_icepop",
-               "offpolicy_hispo", "decoupled_ppo", "moe_r3", "noisy_env_curriculum")
+RUN_CONFIGS = (
+    "default",
+    "smoke",
+    "sync_exact",
+    "disaggregated",
+    "moe",
+    "codefix_eval",
+    "bf16_sampler_icepop",
+    "offpolicy_hispo",
+    "decoupled_ppo",
+    "moe_r3",
+    "noisy_env_curriculum",
+)
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
 HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/test_codefix_training.py
 
@@ -60,8 +71,9 @@ def test_codefix_eval_config_is_for_evaluation_only():
 
 def _tiny(name, **extra):
     c = _load(name)
-    c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
-                   d_ff=64 if name != "moe" else 32)
+    c.model.update(
+        d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64 if name != "moe" else 32
+    )
     c.task.eval_tasks = 8
     c.warm_start.update(episodes=16, steps=2, batch_size=8)
     c.rl.update(steps=2, group_size=4, batch_size=8, eval_every=2)

@@ -12,8 +12,14 @@ import pytest
 
 from tests.runs import read_metrics, run_module, tail
 
-SHORT = ["--config=configs/smoke.py", "--config.report=False", "--config.rl.steps=4",
-         "--config.rl.eval_every=2", "--config.checkpoint_every=2", "--config.warm_start.steps=4"]
+SHORT = [
+    "--config=configs/smoke.py",
+    "--config.report=False",
+    "--config.rl.steps=4",
+    "--config.rl.eval_every=2",
+    "--config.checkpoint_every=2",
+    "--config.warm_start.steps=4",
+]
 
 
 def _run(module, *args, timeout=600):
@@ -85,12 +91,18 @@ def test_scripted_demonstrator_reproduces_the_runs_baseline(trained, tmp_path):
     assert out.returncode == 2 and "--agent='genius' is invalid" in out.stderr and "localizing" in out.stderr
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-                    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None or shutil.which("setpriv") is None,
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 def test_codefix_scripted_agents_in_the_sandbox(tmp_path):
     out = tmp_path / "codefix.json"
-    _eval("--config=configs/codefix_eval.py", "--config.codefix.agents=('oracle', 'edit_tests')",
-          "--num_tasks=2", f"--out={out}")
+    _eval(
+        "--config=configs/codefix_eval.py",
+        "--config.codefix.agents=('oracle', 'edit_tests')",
+        "--num_tasks=2",
+        f"--out={out}",
+    )
     r = json.load(open(out))
     assert r["task"] == "codefix" and len(r["tasks"]) == 2
     oracle, attacker = r["agents"]["oracle"], r["agents"]["edit_tests"]

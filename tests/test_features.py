@@ -15,8 +15,14 @@ from agentjax.learner.journal import Journal
 
 def _config(name, steps=2, **overrides):
     c = importlib.import_module(f"configs.{name}").get_config()
-    c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
-                   d_ff=32 if c.model.get("n_experts", 0) else 64)
+    c.model.update(
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=1,
+        head_dim=16,
+        d_ff=32 if c.model.get("n_experts", 0) else 64,
+    )
     c.task.eval_tasks = 8
     c.warm_start.update(episodes=64, steps=2, batch_size=16)
     c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
@@ -93,8 +99,11 @@ def test_advantage_estimators_differ_on_the_same_first_batch(tmp_path, monkeypat
     monkeypatch.setattr(runstate, "make_batch", spy)
     # a smoke policy fails every task (all verdict rewards 0, no group has a signal): give the
     # batch rewards that vary within groups, a function of each trajectory's own tokens
-    monkeypatch.setattr(runstate.loopparts, "batch_rewards",
-                        lambda run, trajs: [float(t.num_action_tokens % 3) for t in trajs])
+    monkeypatch.setattr(
+        runstate.loopparts,
+        "batch_rewards",
+        lambda run, trajs: [float(t.num_action_tokens % 3) for t in trajs],
+    )
     for est in ("group_std", "dr_grpo", "rloo"):
         _train(_config("default", steps=1, loss__advantage=est), tmp_path / est)
     rewards = {k: v[0] for k, v in seen.items()}
@@ -135,8 +144,9 @@ def test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed(tmp_pat
 
 @pytest.mark.slow
 def test_noisy_env_curriculum_raises_rates_and_retries_infra_faults(tmp_path):
-    cfg = _config("noisy_env_curriculum", steps=3, curriculum__gate=0.0, curriculum__floor=0.0,
-                  curriculum__ramp_steps=2)
+    cfg = _config(
+        "noisy_env_curriculum", steps=3, curriculum__gate=0.0, curriculum__floor=0.0, curriculum__ramp_steps=2
+    )
     cfg.curriculum.start = dict(tool_error=0.0, timeout=0.0, verifier_crash=0.0, env_crash=0.2)
     cfg.curriculum.cap = dict(tool_error=0.5, timeout=0.1, verifier_crash=1.0, env_crash=0.5)
     summary, rows = _train(cfg, tmp_path)

@@ -106,7 +106,7 @@ def test_no_import_cycles_between_modules():
         state[m] = 1
         for n in graph[m]:
             if state.get(n) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*stack[stack.index(n):], n]))
+                raise AssertionError("import cycle: " + " -> ".join([*stack[stack.index(n) :], n]))
             if n not in state:
                 visit(n, [*stack, n])
         state[m] = 2

@@ -21,17 +21,34 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_processes_agree_on_parameters(tmp_path):
     port = _free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-           "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache")}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+        "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache"),
+    }
     env.pop("XLA_FLAGS", None)
     procs = []
     for pid in range(2):
-        cmd = [sys.executable, "-m", "launch.train", "--config=configs/smoke.py",
-               f"--workdir={tmp_path}/p{pid}", "--config.report=False", "--config.checkpoint_every=0",
-               "--config.rl.steps=3", "--config.placement.learner_mesh.data=2",
-               f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={pid}"]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--config=configs/smoke.py",
+            f"--workdir={tmp_path}/p{pid}",
+            "--config.report=False",
+            "--config.checkpoint_every=0",
+            "--config.rl.steps=3",
+            "--config.placement.learner_mesh.data=2",
+            f"--coordinator_address=127.0.0.1:{port}",
+            "--num_processes=2",
+            f"--process_id={pid}",
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outs = [p.communicate(timeout=1200)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-4000:]

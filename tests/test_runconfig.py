@@ -151,17 +151,48 @@ def test_ppo_loss_rejects_out_of_range_clip():
 
     x = np.zeros((2, 3), np.float32)
     adv, mask = np.ones((2,), np.float32), np.ones((2, 3), np.float32)
-    for fn, kw in ((obj.ppo_loss, dict(clip_low=2.0)), (obj.ppo_loss, dict(clip_high=-0.1)),
-                   (obj.grpo_loss, dict(clip_low=-0.5)), (obj.gspo_loss, dict(clip_low=1.0, clip_high=0.2)),
-                   (obj.cispo_loss, dict(clip_high=float("inf")))):
+    for fn, kw in (
+        (obj.ppo_loss, dict(clip_low=2.0)),
+        (obj.ppo_loss, dict(clip_high=-0.1)),
+        (obj.grpo_loss, dict(clip_low=-0.5)),
+        (obj.gspo_loss, dict(clip_low=1.0, clip_high=0.2)),
+        (obj.cispo_loss, dict(clip_high=float("inf"))),
+    ):
         with pytest.raises(ValueError, match=r"clip_(low|high)=.* is invalid"):
             fn(x, x, adv, mask, **kw)
     loss, _ = obj.ppo_loss(x, x, adv, mask, clip_low=0.2, clip_high=0.28)  # in range: runs
     assert float(loss) == pytest.approx(-1.0)
 
 
-_VALUES = [-7, -1, 0, 1, 2, 3, 10**9, -0.5, 0.0, 0.25, 1.0, 1.5, float("nan"), float("inf"),
-           float("-inf"), "", "x", "5", "nan", True, False, None, [], [1, 2], (0.5, 2.0), {}, {"a": 1}]
+_VALUES = [
+    -7,
+    -1,
+    0,
+    1,
+    2,
+    3,
+    10**9,
+    -0.5,
+    0.0,
+    0.25,
+    1.0,
+    1.5,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "x",
+    "5",
+    "nan",
+    True,
+    False,
+    None,
+    [],
+    [1, 2],
+    (0.5, 2.0),
+    {},
+    {"a": 1},
+]
 
 
 def test_fuzzed_configs_parse_or_name_the_field():
@@ -200,6 +231,8 @@ def test_a_context_too_small_for_any_episode_is_rejected_before_work():
 
     c = smoke.get_config()
     c.model.max_seq_len = 8  # shorter than the shortest prompt plus one action
-    with pytest.raises(ConfigError, match=r"model.max_seq_len=8 is too small for any episode.*must be >= \d+"):
+    with pytest.raises(
+        ConfigError, match=r"model.max_seq_len=8 is too small for any episode.*must be >= \d+"
+    ):
         system.build(parse(c))
     assert system.build(parse(smoke.get_config())).model.max_seq_len == 96

@@ -18,8 +18,15 @@ ENV = cli_env()  # one CPU device: the default config's placement
 
 
 def _cmd(workdir, *extra):
-    return [sys.executable, "-m", "launch.train", "--config=configs/smoke.py", f"--workdir={workdir}",
-            "--config.report=False", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "launch.train",
+        "--config=configs/smoke.py",
+        f"--workdir={workdir}",
+        "--config.report=False",
+        *extra,
+    ]
 
 
 def _metrics(workdir):
@@ -39,8 +46,14 @@ def _reference(mode, tmp_path_factory):
     """An uninterrupted run per scheduling mode (shared by the tests of this module)."""
     if mode not in _REFERENCES:
         wd = str(tmp_path_factory.mktemp(f"ref_{mode}"))
-        out = subprocess.run(_cmd(wd, f"--config.scheduler.mode={mode}"), cwd=ROOT, env=ENV,
-                             capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            _cmd(wd, f"--config.scheduler.mode={mode}"),
+            cwd=ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         _REFERENCES[mode] = (wd, out.stdout)
     return _REFERENCES[mode]
@@ -61,7 +74,8 @@ def test_end_to_end_prints_progress_and_leaves_outputs(reference):
 
     versions = rows[0]["header"]["versions"]  # what "same seed, same metrics" depends on
     assert {k: versions[k] for k in ("jax", "jaxlib", "numpy", "ml_dtypes")} == {
-        k: md.version(k) for k in ("jax", "jaxlib", "numpy", "ml_dtypes")}
+        k: md.version(k) for k in ("jax", "jaxlib", "numpy", "ml_dtypes")
+    }
     train = [r for r in rows if "loss/total" in r]
     assert [r["step"] for r in train] == list(range(1, 13))
     assert all(r["version_gap_max"] <= 2 for r in train)  # the configured bound
@@ -76,8 +90,9 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     ref_dir, _ = _reference(mode, tmp_path_factory)
     wd = str(tmp_path / "killed")
     flag = f"--config.scheduler.mode={mode}"
-    proc = subprocess.Popen(_cmd(wd, flag), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(wd, flag), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     ckdir = os.path.join(wd, "checkpoints")
     deadline = time.time() + 900
     while time.time() < deadline and proc.poll() is None:
@@ -90,8 +105,9 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     proc.wait()
     killed_at = ckpt.latest_step(ckdir)
     assert killed_at is not None and killed_at < 12
-    out = subprocess.run(_cmd(wd, flag, "--resume"), cwd=ROOT, env=ENV, capture_output=True,
-                         text=True, timeout=900)
+    out = subprocess.run(
+        _cmd(wd, flag, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"resumed from step {killed_at}" in out.stdout
     # Same seed, same config: the same metrics line for line and bitwise the same parameters.
@@ -102,15 +118,27 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
-    out = subprocess.run(_cmd(str(tmp_path / "empty"), "--resume"), cwd=ROOT, env=ENV,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        _cmd(str(tmp_path / "empty"), "--resume"),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0
     assert "no checkpoint" in (out.stdout + out.stderr)
 
 
 def test_invalid_config_fails_before_work_naming_the_field(tmp_path):
-    out = subprocess.run(_cmd(str(tmp_path / "bad"), "--config.scheduler.mode=fastest"), cwd=ROOT,
-                         env=ENV, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        _cmd(str(tmp_path / "bad"), "--config.scheduler.mode=fastest"),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0
     assert "scheduler.mode='fastest' is invalid" in out.stderr
     assert "windowed_fifo" in out.stderr
@@ -132,10 +160,20 @@ def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
     wd = tmp_path / "disagg"
     env = cli_env(host_devices=2)
     out = subprocess.run(
-        _cmd(str(wd), "--config.placement.kind=disaggregated", "--config.placement.sync_every=2",
-             "--config.placement.sampler_mesh.data=1", "--config.rl.steps=4",
-             "--config.checkpoint_every=0"),
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        _cmd(
+            str(wd),
+            "--config.placement.kind=disaggregated",
+            "--config.placement.sync_every=2",
+            "--config.placement.sampler_mesh.data=1",
+            "--config.rl.steps=4",
+            "--config.checkpoint_every=0",
+        ),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.load(open(wd / "summary.json"))
     assert summary["weight_sync"]["syncs"] == 3 and summary["weight_sync"]["skipped"] == 2
@@ -150,14 +188,23 @@ def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
     """loss.advantage='gae' (separate critic, truncation bootstrap) with KL to the frozen warm
     start: both losses reach the metrics, and a run stopped at step 2 and resumed (reference
     policy restored from the workdir) ends bitwise where an uninterrupted run ends."""
-    flags = ["--config.loss.advantage=gae", "--config.loss.value_coef=0.5",
-             "--config.model.value_head=separate", "--config.loss.kl_coef=0.05",
-             "--config.scheduler.mode=sync", "--config.rl.eval_every=100"]
+    flags = [
+        "--config.loss.advantage=gae",
+        "--config.loss.value_coef=0.5",
+        "--config.model.value_head=separate",
+        "--config.loss.kl_coef=0.05",
+        "--config.scheduler.mode=sync",
+        "--config.rl.eval_every=100",
+    ]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
-    for wd, extra in ((full, ["--config.rl.steps=4"]), (part, ["--config.rl.steps=2"]),
-                      (part, ["--config.rl.steps=4", "--resume"])):
-        out = subprocess.run(_cmd(wd, *flags, *extra), cwd=ROOT, env=ENV, capture_output=True,
-                             text=True, timeout=900)
+    for wd, extra in (
+        (full, ["--config.rl.steps=4"]),
+        (part, ["--config.rl.steps=2"]),
+        (part, ["--config.rl.steps=4", "--resume"]),
+    ):
+        out = subprocess.run(
+            _cmd(wd, *flags, *extra), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
+        )
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     train = [r for r in _metrics(full) if "loss/total" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
@@ -175,16 +222,28 @@ def test_rewritten_context_multi_turn_episodes_train(tmp_path):
     the learner batch is sized for it (it crashed with "batch needs more than 16 rows")."""
     wd = str(tmp_path / "ctx")
     out = subprocess.run(
-        _cmd(wd, "--config.context.policy=drop_oldest_observations", "--config.rl.steps=1",
-             "--config.rl.eval_every=100", "--config.checkpoint_every=0",
-             "--config.task.eval_tasks=4", "--config.warm_start.steps=0"),
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+        _cmd(
+            wd,
+            "--config.context.policy=drop_oldest_observations",
+            "--config.rl.steps=1",
+            "--config.rl.eval_every=100",
+            "--config.checkpoint_every=0",
+            "--config.task.eval_tasks=4",
+            "--config.warm_start.steps=0",
+        ),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (train,) = [r for r in _metrics(wd) if "loss/total" in r]
     assert train["batch/rows"] > 16  # 16 trajectories (rl.batch_size), more turns than that
 
 
 # -- durability (#14): checkpoints carry the config; resume repairs or refuses, never guesses --
+
 
 def _smoke():
     from configs import smoke
@@ -272,8 +331,10 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
     snap = os.path.join(wd, "checkpoints", "scheduler_12.json")
     blob = open(snap, "rb").read()
     open(snap, "wb").write(blob[: len(blob) // 3])
-    refused(r"scheduler_12.json is truncated or corrupted.*step 10, is intact: to resume from it, "
-            r"delete .*checkpoints/12 and .*scheduler_12.json")
+    refused(
+        r"scheduler_12.json is truncated or corrupted.*step 10, is intact: to resume from it, "
+        r"delete .*checkpoints/12 and .*scheduler_12.json"
+    )
 
 
 @pytest.mark.slow
@@ -291,8 +352,7 @@ def test_torn_metrics_line_is_repaired_and_the_previous_step_resumes_exactly(ref
     os.remove(os.path.join(wd, "summary.json"))
     with open(os.path.join(wd, "metrics.jsonl"), "a") as f:
         f.write('{"step": 13, "loss/tot')  # torn
-    out = subprocess.run(_cmd(wd, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                         timeout=900)
+    out = subprocess.run(_cmd(wd, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "resumed from step 10" in out.stdout and "dropped a torn last line" in out.stdout
     assert _metrics(wd) == _metrics(ref_dir)
@@ -307,9 +367,19 @@ def test_slot_engine_trains_exactly_like_lock_step_rollout(reference, tmp_path):
     """scheduler.engine_slots=8: episodes run on the slot engine with environments on a thread
     pool; in exact mode the run's metrics and final parameters equal the lock-step run's."""
     wd = str(tmp_path / "engine")
-    out = subprocess.run(_cmd(wd, "--config.scheduler.engine_slots=8",
-                              "--config.scheduler.engine_chunk=4", "--config.scheduler.env_workers=4"),
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        _cmd(
+            wd,
+            "--config.scheduler.engine_slots=8",
+            "--config.scheduler.engine_chunk=4",
+            "--config.scheduler.env_workers=4",
+        ),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert _metrics(wd) == _metrics(reference[0])
     engine = json.load(open(os.path.join(wd, "summary.json")))["engine"]

@@ -53,14 +53,19 @@ def standard_modes(exact_tile: int = 8, moe: bool = False) -> list[Mode]:
         Mode("exact f32", exact, exact, bitwise=True),
         Mode("fast f32", fast, fast),
         Mode("bf16 sampler / f32 learner", {**fast, "compute_dtype": "bfloat16"}, fast),
-        Mode("bf16 sampler+head / f32 learner",
-             {**fast, "compute_dtype": "bfloat16", "head_dtype": "bfloat16"}, fast),
+        Mode(
+            "bf16 sampler+head / f32 learner",
+            {**fast, "compute_dtype": "bfloat16", "head_dtype": "bfloat16"},
+            fast,
+        ),
         Mode("bf16 LM head sampler / f32 learner", {**fast, "head_dtype": "bfloat16"}, fast),
         Mode("int8 fake-quant sampler / f32 learner", fast, fast, quantize_bits=8),
     ]
     if moe:
-        modes[2:2] = [Mode("exact f32, no replay", exact, exact, replay=False, bitwise=True),
-                      Mode("fast f32, no replay", fast, fast, replay=False)]
+        modes[2:2] = [
+            Mode("exact f32, no replay", exact, exact, replay=False, bitwise=True),
+            Mode("fast f32, no replay", fast, fast, replay=False),
+        ]
     return modes
 
 
@@ -72,9 +77,13 @@ def learner_inputs(state: SamplerState) -> dict[str, Any]:
     j = np.arange(l)[None, :]
     positions = np.where(j < host.length[:, None], j, l).astype(np.int32)
     return {
-        "tokens": host.tokens, "positions": positions,
-        "routes": host.routes, "mask": host.version >= 0, "logp": host.logp,
-        "logp_raw": host.logp_raw, "length": host.length,
+        "tokens": host.tokens,
+        "positions": positions,
+        "routes": host.routes,
+        "mask": host.version >= 0,
+        "logp": host.logp,
+        "logp_raw": host.logp_raw,
+        "length": host.length,
     }
 
 
@@ -82,11 +91,14 @@ def _stats(absd: np.ndarray) -> dict[str, float]:
     if absd.size == 0:
         return {"n": 0}
     finite = absd[np.isfinite(absd)]
-    out = {"n": int(absd.size), "frac_zero": float(np.mean(absd == 0)),
-           "n_inf": int(absd.size - finite.size)}
+    out = {"n": int(absd.size), "frac_zero": float(np.mean(absd == 0)), "n_inf": int(absd.size - finite.size)}
     if finite.size:
-        out.update(mean=float(finite.mean()), p50=float(np.percentile(finite, 50)),
-                   p99=float(np.percentile(finite, 99)), max=float(finite.max()))
+        out.update(
+            mean=float(finite.mean()),
+            p50=float(np.percentile(finite, 50)),
+            p99=float(np.percentile(finite, 99)),
+            max=float(finite.max()),
+        )
     return out
 
 
@@ -95,8 +107,15 @@ def _buckets(values, edges, fmt):
     return idx, [fmt(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def delta_report(learner_logp, behaviour_logp, mask, *, routes=None,
-                 position_buckets=POSITION_BUCKETS, prob_buckets=PROB_BUCKETS) -> dict:
+def delta_report(
+    learner_logp,
+    behaviour_logp,
+    mask,
+    *,
+    routes=None,
+    position_buckets=POSITION_BUCKETS,
+    prob_buckets=PROB_BUCKETS,
+) -> dict:
     """Statistics of ``delta = learner_logp - behaviour_logp`` over ``mask`` (all ``[B, T]``).
 
     Position is the token's index in its sequence; probability is ``exp(behaviour_logp)``; the
@@ -128,13 +147,28 @@ def rescore(params, inputs: dict, *, config: ModelConfig, transform=None, replay
     """The learner's ``(logp, logp_raw)`` for a batch from :func:`learner_inputs`."""
     routes = inputs["routes"] if (replay and config.is_moe) else None
     lp, raw = _token_logprobs(
-        params, jnp.asarray(inputs["tokens"]), jnp.asarray(inputs["positions"]), config=config,
-        transform=transform, routes=None if routes is None else jnp.asarray(routes))
+        params,
+        jnp.asarray(inputs["tokens"]),
+        jnp.asarray(inputs["positions"]),
+        config=config,
+        transform=transform,
+        routes=None if routes is None else jnp.asarray(routes),
+    )
     return np.asarray(lp), np.asarray(raw)
 
 
-def measure(mode: Mode, base: ModelConfig, params, prompts, lengths, rng, *,
-            max_new_tokens: int, transform=None, stop_tokens=()) -> dict:
+def measure(
+    mode: Mode,
+    base: ModelConfig,
+    params,
+    prompts,
+    lengths,
+    rng,
+    *,
+    max_new_tokens: int,
+    transform=None,
+    stop_tokens=(),
+) -> dict:
     """Samples with the mode's sampler, rescores with its learner and reports delta."""
     s_cfg, l_cfg = base.replace(**mode.sampler), base.replace(**mode.learner)
     s_params = fake_quantize(params, mode.quantize_bits) if mode.quantize_bits else params
@@ -145,7 +179,8 @@ def measure(mode: Mode, base: ModelConfig, params, prompts, lengths, rng, *,
     lp, raw = rescore(params, inputs, config=l_cfg, transform=transform, replay=mode.replay)
     routes = inputs["routes"] if base.is_moe else None
     return {
-        "mode": mode.name, "bitwise_claimed": mode.bitwise,
+        "mode": mode.name,
+        "bitwise_claimed": mode.bitwise,
         "logp": delta_report(lp, inputs["logp"], inputs["mask"], routes=routes),
         "logp_raw": delta_report(raw, inputs["logp_raw"], inputs["mask"], routes=routes)["all"],
         "ratio_is_one": bool(np.all(np.exp(lp - inputs["logp"])[inputs["mask"]] == 1.0)),
@@ -167,26 +202,36 @@ def scoring_cost(params, inputs: dict, *, config: ModelConfig, repeats: int = 3)
     mask = jnp.asarray(inputs["mask"], jnp.float32)
     out = {}
     for name, cfg in (("fast", config.replace(exact_tile=0)), ("exact", config)):
-        value = jax.jit(lambda p, c=cfg: token_logprobs(p, tokens, positions, config=c,
-                                                        routes=routes)[0])
+        value = jax.jit(lambda p, c=cfg: token_logprobs(p, tokens, positions, config=c, routes=routes)[0])
         # value_and_grad, as a train step: with jax.grad alone XLA drops the exact forward
         # (this loss's cotangent does not depend on it) and times the standard path only.
-        grad = jax.jit(jax.value_and_grad(lambda p, c=cfg: -jnp.sum(mask * token_logprobs(
-            p, tokens, positions, config=c, routes=routes)[0])))
-        out[name] = {"logprobs_s": _time(value, params, repeats=repeats),
-                     "grad_s": _time(grad, params, repeats=repeats)}
+        grad = jax.jit(
+            jax.value_and_grad(
+                lambda p, c=cfg: (
+                    -jnp.sum(mask * token_logprobs(p, tokens, positions, config=c, routes=routes)[0])
+                )
+            )
+        )
+        out[name] = {
+            "logprobs_s": _time(value, params, repeats=repeats),
+            "grad_s": _time(grad, params, repeats=repeats),
+        }
     out["exact_over_fast"] = {k: out["exact"][k] / out["fast"][k] for k in out["fast"]}
     return out
 
 
 def format_table(results: list[dict]) -> str:
     """A markdown table of the overall statistics of each mode."""
-    head = ("| mode | tokens | mean abs delta | p50 | p99 | max | frac == 0 | bitwise claimed |\n"
-            "|---|---|---|---|---|---|---|---|")
+    head = (
+        "| mode | tokens | mean abs delta | p50 | p99 | max | frac == 0 | bitwise claimed |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in results:
         a = r["logp"]["all"]
-        lines.append(f"| {r['mode']} | {a['n']} | {a.get('mean', 0):.3g} | {a.get('p50', 0):.3g} | "
-                     f"{a.get('p99', 0):.3g} | {a.get('max', 0):.3g} | {a['frac_zero']:.4f} | "
-                     f"{'yes' if r['bitwise_claimed'] else 'no'} |")
+        lines.append(
+            f"| {r['mode']} | {a['n']} | {a.get('mean', 0):.3g} | {a.get('p50', 0):.3g} | "
+            f"{a.get('p99', 0):.3g} | {a.get('max', 0):.3g} | {a['frac_zero']:.4f} | "
+            f"{'yes' if r['bitwise_claimed'] else 'no'} |"
+        )
     return "\n".join(lines)

@@ -20,9 +20,19 @@ from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 
 
-def evaluate(sampler: Sampler, codec: Codec, caps: Caps, params, version: int, tasks: Sequence[Any],
-             make_env: Callable[[], Any], *, audit_fn: Callable | None = None,
-             planted: Callable[[Any], bool] | None = None, seed: int = 0) -> dict[str, float]:
+def evaluate(
+    sampler: Sampler,
+    codec: Codec,
+    caps: Caps,
+    params,
+    version: int,
+    tasks: Sequence[Any],
+    make_env: Callable[[], Any],
+    *,
+    audit_fn: Callable | None = None,
+    planted: Callable[[Any], bool] | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
     """Success rate (label ``pass``) of ``params`` on ``tasks`` with its Wilson 95% interval."""
     envs = [make_env() for _ in tasks]
     specs = [
@@ -36,9 +46,13 @@ def evaluate(sampler: Sampler, codec: Codec, caps: Caps, params, version: int, t
     verdicts = [r.final.verdict if r.final is not None and r.final.done else None for r in ro.rows]
     passed = sum(t.label == Label.PASS.value for t in trajs)
     lo, hi = wilson_interval(passed, len(trajs))
-    out = {"eval/success": passed / max(len(trajs), 1), "eval/success_lo": lo, "eval/success_hi": hi,
-           "eval/n": float(len(trajs)),
-           "eval/mean_turns": sum(len(t.turns) for t in trajs) / max(len(trajs), 1)}
+    out = {
+        "eval/success": passed / max(len(trajs), 1),
+        "eval/success_lo": lo,
+        "eval/success_hi": hi,
+        "eval/n": float(len(trajs)),
+        "eval/mean_turns": sum(len(t.turns) for t in trajs) / max(len(trajs), 1),
+    }
     for label, n in Counter(t.label for t in trajs).items():
         out[f"eval/label/{label}"] = n / len(trajs)
     for reason, n in Counter(t.stop_reason.value for t in trajs).items():
@@ -48,6 +62,10 @@ def evaluate(sampler: Sampler, codec: Codec, caps: Caps, params, version: int, t
         audits = [audit_fn(t, e) for _, e, t in judged]
         out.update({"eval/" + k: v for k, v in audit_metrics([v for v, _, _ in judged], audits).items()})
     if planted is not None and judged:
-        out.update({"eval/" + k: v for k, v in hack_rate([v for v, _, _ in judged],
-                                                         [planted(t) for _, _, t in judged]).items()})
+        out.update(
+            {
+                "eval/" + k: v
+                for k, v in hack_rate([v for v, _, _ in judged], [planted(t) for _, _, t in judged]).items()
+            }
+        )
     return out

@@ -223,8 +223,12 @@ def class_fast_first(classes: Sequence[str], durations: Sequence[float], trained
     dur = {c: _mean([d for d, _ in v if d == d]) for c, v in sorted(by.items())}
     drop = {c: float(np.mean([not t for _, t in v])) for c, v in sorted(by.items())}
     slowest = max(dur, key=dur.get) if dur else ""
-    return {"duration_by_class": dur, "drop_rate_by_class": drop, "slowest_class": slowest,
-            "slowest_class_drop_rate": drop.get(slowest, 0.0)}
+    return {
+        "duration_by_class": dur,
+        "drop_rate_by_class": drop,
+        "slowest_class": slowest,
+        "slowest_class_drop_rate": drop.get(slowest, 0.0),
+    }
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -259,10 +263,18 @@ def summarise(log: Any, long_classes: Sequence[str] | None = ("long",)) -> dict[
         else 0.0,
         "class_shares": shares,
         "max_share_deviation_pp": max_share_deviation_pp(shares),
-        **({} if long_classes is None else {"long_task_drop_rate": long_task_drop_rate(
-            [r.task_class in long_classes for r in done], trained)}),
-        **class_fast_first([r.task_class for r in done],
-                           [r.complete_time - r.submit_time for r in done], trained),
+        **(
+            {}
+            if long_classes is None
+            else {
+                "long_task_drop_rate": long_task_drop_rate(
+                    [r.task_class in long_classes for r in done], trained
+                )
+            }
+        ),
+        **class_fast_first(
+            [r.task_class for r in done], [r.complete_time - r.submit_time for r in done], trained
+        ),
         "max_version_gap": max(gaps, default=0),
         "mean_generation_gap": _mean([r.gen_gap for r in done if r.terminal.value == "trained"]),
         "mean_queue_gap": _mean([r.queue_gap for r in done if r.terminal.value == "trained"]),

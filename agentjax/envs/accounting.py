@@ -149,7 +149,7 @@ class Monitor(threading.Thread):
                 cpu, wait = (int(x) for x in text.split()[:2])
                 old = self.seen.get(tid, (0, 0))
                 self.seen[tid] = (max(cpu, old[0]), max(wait, old[1]))
-            if st and st[st.rfind(")") + 2:][:1] == "R":
+            if st and st[st.rfind(")") + 2 :][:1] == "R":
                 runnable = True
         return runnable, sum(c for c, _ in self.seen.values()) / 1e9
 
@@ -166,26 +166,36 @@ class Monitor(threading.Thread):
         """(sampled CPU s, schedstat run-queue delay s, sampled starvation deficit s)."""
         self._halt.set()
         self.join()
-        return (sum(c for c, _ in self.seen.values()) / 1e9,
-                sum(w for _, w in self.seen.values()) / 1e9, self.deficit_s)
+        return (
+            sum(c for c, _ in self.seen.values()) / 1e9,
+            sum(w for _, w in self.seen.values()) / 1e9,
+            self.deficit_s,
+        )
 
 
 def starvation_suspected(deficit_s: float, runq_wait_s: float, psi_s: float, wall_s: float) -> bool:
     """The in-run measures alone (a swarm can fake them: confirm with :func:`cpu_canary`)."""
-    return (wall_s > 0 and max(deficit_s, runq_wait_s) >= STARVED_WAIT_FRACTION * wall_s
-            and psi_s >= STARVED_PSI_FRACTION * wall_s)
+    return (
+        wall_s > 0
+        and max(deficit_s, runq_wait_s) >= STARVED_WAIT_FRACTION * wall_s
+        and psi_s >= STARVED_PSI_FRACTION * wall_s
+    )
 
 
-def cpu_canary(prefix: Sequence[str], env: dict[str, str], window_s: float = CANARY_WINDOW_S
-               ) -> float:
+def cpu_canary(prefix: Sequence[str], env: dict[str, str], window_s: float = CANARY_WINDOW_S) -> float:
     """CPU seconds a fresh busy process (ours, started with ``prefix``) got in ``window_s``.
 
     A host that gives a newcomer less than :data:`CANARY_MIN_SHARE` of a CPU is starved, whatever
     the agent's tree did before it was killed.
     """
-    p = subprocess.Popen([*prefix, "/bin/sh", "-c", "while :; do :; done"], env=env,
-                         start_new_session=True, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [*prefix, "/bin/sh", "-c", "while :; do :; done"],
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(window_s)
         text = _read(f"/proc/{p.pid}", "schedstat")

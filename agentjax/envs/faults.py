@@ -54,8 +54,9 @@ STARVED_WAIT_FRACTION = accounting.STARVED_WAIT_FRACTION
 STARVED_PSI_FRACTION = accounting.STARVED_PSI_FRACTION
 
 
-def attribute(run: SandboxResult, limits: Limits, *, memory_error_seen: bool = False
-              ) -> tuple[Label | None, str]:
+def attribute(
+    run: SandboxResult, limits: Limits, *, memory_error_seen: bool = False
+) -> tuple[Label | None, str]:
     """Resource/infra label of one sandboxed run, or (None, "") when the run ended normally.
 
     ``infra_fault`` only on positive evidence the agent's code cannot produce (see the module
@@ -87,11 +88,12 @@ def attribute(run: SandboxResult, limits: Limits, *, memory_error_seen: bool = F
 
 def starved(run: SandboxResult, limits: Limits) -> bool:
     """Host starvation: in-run signs AND a starved canary after the kill (see module docstring)."""
-    canary_starved = (0.0 <= run.host_canary_cpu_s
-                      < accounting.CANARY_MIN_SHARE * accounting.CANARY_WINDOW_S)
-    return (canary_starved and run.cpu_s < limits.cpu_s
-            and accounting.starvation_suspected(run.starved_s, run.runq_wait_s,
-                                                run.psi_cpu_some_s, run.wall_s))
+    canary_starved = 0.0 <= run.host_canary_cpu_s < accounting.CANARY_MIN_SHARE * accounting.CANARY_WINDOW_S
+    return (
+        canary_starved
+        and run.cpu_s < limits.cpu_s
+        and accounting.starvation_suspected(run.starved_s, run.runq_wait_s, run.psi_cpu_some_s, run.wall_s)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,8 +119,7 @@ def draw_fault(rates: Mapping[str, float], rng: random.Random) -> str | None:
     return None
 
 
-def injection_hooks(kind: str | None, *, kill_after_s: float = 0.15, hogs: int = 3
-                    ) -> dict[str, Any]:
+def injection_hooks(kind: str | None, *, kill_after_s: float = 0.15, hogs: int = 3) -> dict[str, Any]:
     """Keyword arguments for :func:`agentjax.envs.sandbox.run` that REALLY cause a fault.
 
     * ``sandbox_start``: bwrap is given a bind source that does not exist, so it fails to start.
@@ -148,8 +149,10 @@ def injection_hooks(kind: str | None, *, kill_after_s: float = 0.15, hogs: int =
             # (autogroup) nice too, low for the sandbox's session, high for each hog's.
             _autogroup_nice(proc.pid, 19)
             hog = [sys.executable, "-c", "while True: pass"]
-            ps = [subprocess.Popen(["nice", "-n", "-20", "taskset", "-c", cpu, *hog],
-                                   start_new_session=True) for _ in range(hogs)]
+            ps = [
+                subprocess.Popen(["nice", "-n", "-20", "taskset", "-c", cpu, *hog], start_new_session=True)
+                for _ in range(hogs)
+            ]
             for p in ps:
                 _autogroup_nice(p.pid, -20)
 
@@ -199,8 +202,9 @@ def retry_init() -> RetryState:
     return RetryState(0, ())
 
 
-def retry_update(state: RetryState, verdict: Verdict, *, max_attempts: int = 4,
-                 max_same_cause: int = 2) -> tuple[RetryState, bool]:
+def retry_update(
+    state: RetryState, verdict: Verdict, *, max_attempts: int = 4, max_same_cause: int = 2
+) -> tuple[RetryState, bool]:
     """Records one verdict; returns (new state, retry?).
 
     Only ``infra_fault`` is retried. A root cause already seen ``max_same_cause`` times is not
@@ -239,8 +243,11 @@ def tool_versions(python: str = "/usr/bin/python3") -> tuple[tuple[str, str], ..
     )
 
 
-def env_fingerprint(files: Iterable[tuple[str, bytes]], tools: Iterable[tuple[str, str]],
-                    extra: Mapping[str, Any] | None = None) -> str:
+def env_fingerprint(
+    files: Iterable[tuple[str, bytes]],
+    tools: Iterable[tuple[str, str]],
+    extra: Mapping[str, Any] | None = None,
+) -> str:
     """sha256 over sorted (path, content) pairs, tool versions and extra settings."""
     h = hashlib.sha256()
     for path, data in sorted(files):

@@ -66,9 +66,7 @@ REWARD_TREATMENT: dict[Label, RewardRule] = {
     Label.AGENT_ERROR: RewardRule(
         Treatment.ZERO, 0.0, False, "malformed action or crash caused by the agent"
     ),
-    Label.AGENT_QUOTA: RewardRule(
-        Treatment.ZERO, 0.0, False, "the agent filled its workspace disk quota"
-    ),
+    Label.AGENT_QUOTA: RewardRule(Treatment.ZERO, 0.0, False, "the agent filled its workspace disk quota"),
     Label.INFRA_FAULT: RewardRule(
         Treatment.MASK_AND_RETRY,
         None,

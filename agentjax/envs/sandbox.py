@@ -149,19 +149,36 @@ def probe() -> Isolation:
         return Isolation(False, f"missing {missing} (apt-get install bubblewrap util-linux)", bwrap, ())
     if os.geteuid() != 0:
         return Isolation(False, "must run as root to drop to uid 65534 and manage cgroups", bwrap, ())
-    probe_cmd = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
-                 *_bwrap_args(bwrap, [], "/"), "/usr/bin/true"]
+    probe_cmd = [
+        setpriv,
+        f"--reuid={SANDBOX_UID}",
+        f"--regid={SANDBOX_UID}",
+        "--clear-groups",
+        *_bwrap_args(bwrap, [], "/"),
+        "/usr/bin/true",
+    ]
     if not _run_ok(probe_cmd):
         return Isolation(False, "bwrap could not create namespaces as an unprivileged user", bwrap, ())
-    cgs = tuple(c for c in ("memory", "pids", "cpuacct")
-                if os.access(os.path.join(accounting.CGROUP_ROOT, c, "cgroup.procs"), os.W_OK))
+    cgs = tuple(
+        c
+        for c in ("memory", "pids", "cpuacct")
+        if os.access(os.path.join(accounting.CGROUP_ROOT, c, "cgroup.procs"), os.W_OK)
+    )
     return Isolation(True, "ok", bwrap, cgs)
 
 
-def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str, tmp_bytes: int = 64 << 20
-                ) -> list[str]:
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "sandbox", "--clearenv"]
+def _bwrap_args(bwrap: str, mounts: Sequence[Mount], chdir: str, tmp_bytes: int = 64 << 20) -> list[str]:
+    args = [
+        bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
     for d in SYSTEM_RO:
         args += ["--ro-bind", d, d]
     for name in ("lib", "lib64", "bin", "sbin"):  # merged-/usr layout
@@ -181,12 +198,20 @@ def _tail(path: str) -> str:
     return data.decode("utf-8", "replace")
 
 
-def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp",
-        limits: Limits = Limits(), env: Mapping[str, str] | None = None,
-        pass_fds: Sequence[int] = (), unsafe: bool = False,
-        on_start: Callable[[subprocess.Popen], Callable[[], None] | None] | None = None,
-        bwrap_extra: Sequence[str] = (), launch_prefix: Sequence[str] = (),
-        stdin_data: bytes | None = None) -> SandboxResult:
+def run(
+    argv: Sequence[str],
+    *,
+    mounts: Sequence[Mount] = (),
+    chdir: str = "/tmp",
+    limits: Limits = Limits(),
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+    unsafe: bool = False,
+    on_start: Callable[[subprocess.Popen], Callable[[], None] | None] | None = None,
+    bwrap_extra: Sequence[str] = (),
+    launch_prefix: Sequence[str] = (),
+    stdin_data: bytes | None = None,
+) -> SandboxResult:
     """Runs ``argv`` in the sandbox and returns the outcome with its evidence.
 
     Args:
@@ -203,16 +228,27 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
     if not iso.ok and not unsafe:
         raise SandboxUnavailable(
             f"refusing to run agent code without isolation: {iso.reason}. "
-            "Pass unsafe=True to run it unisolated at your own risk.")
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+            "Pass unsafe=True to run it unisolated at your own risk."
+        )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(env or {}),
+    }
     tmp = tempfile.mkdtemp(prefix="agentjax-sbx-")
-    out_path, err_path, mark_path, in_path = (os.path.join(tmp, n)
-                                              for n in ("out", "err", "mark", "in"))
+    out_path, err_path, mark_path, in_path = (os.path.join(tmp, n) for n in ("out", "err", "mark", "in"))
     with open(in_path, "wb") as f:
         f.write(stdin_data or b"")
-    rl = [*launch_prefix, "prlimit", f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}", f"--as={limits.as_bytes}",
-          f"--fsize={limits.fsize_bytes}", f"--nofile={limits.nofile}"]
+    rl = [
+        *launch_prefix,
+        "prlimit",
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        f"--as={limits.as_bytes}",
+        f"--fsize={limits.fsize_bytes}",
+        f"--nofile={limits.nofile}",
+    ]
     cg = accounting.Cgroup(iso.cgroups, limits) if iso.ok else None
     proc: subprocess.Popen | None = None
     monitor: accounting.Monitor | None = None
@@ -223,9 +259,20 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         launch = ["/bin/bash", "-c", f'printf x >&{mark_fd}; exec {mark_fd}>&-; exec "$@"', "launch"]
         if iso.ok:
             inner = [a for kv in env.items() for a in ("--setenv", *kv)]
-            chain = [*rl, "--", "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
-                     "--clear-groups", *_bwrap_args(iso.bwrap, mounts, chdir, limits.tmp_bytes), *inner,
-                     *bwrap_extra, "--", *launch, *argv]
+            chain = [
+                *rl,
+                "--",
+                "setpriv",
+                f"--reuid={SANDBOX_UID}",
+                f"--regid={SANDBOX_UID}",
+                "--clear-groups",
+                *_bwrap_args(iso.bwrap, mounts, chdir, limits.tmp_bytes),
+                *inner,
+                *bwrap_extra,
+                "--",
+                *launch,
+                *argv,
+            ]
             isolation = "bwrap+setpriv"
         else:
             chain = [*rl, "--", *launch, *argv]
@@ -234,13 +281,20 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         psi0, oom0 = accounting.psi_cpu_some_us(), accounting.host_oom_kills()
         t0 = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err, open(in_path, "rb") as inp:
-            proc = subprocess.Popen(["/bin/sh", "-c", script, "sh", *chain], stdout=out, stderr=err,
-                                    stdin=inp, start_new_session=True,
-                                    pass_fds=(mark_fd, *pass_fds), env=LAUNCH_ENV if iso.ok else env,
-                                    cwd=None if iso.ok else chdir)
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", script, "sh", *chain],
+                stdout=out,
+                stderr=err,
+                stdin=inp,
+                start_new_session=True,
+                pass_fds=(mark_fd, *pass_fds),
+                env=LAUNCH_ENV if iso.ok else env,
+                cwd=None if iso.ok else chdir,
+            )
         os.close(mark_fd)
         monitor = accounting.Monitor(
-            lambda: sorted(set(accounting.tree_tids(proc.pid)) | set(cg.tids() if cg else ())))
+            lambda: sorted(set(accounting.tree_tids(proc.pid)) | set(cg.tids() if cg else ()))
+        )
         monitor.start()
         cleanup = _once(on_start(proc) if on_start is not None else None)
         fired, canary = threading.Event(), [-1.0]
@@ -272,17 +326,32 @@ def run(argv: Sequence[str], *, mounts: Sequence[Mount] = (), chdir: str = "/tmp
         counters = cg.counters() if cg else {}
         started = os.path.getsize(mark_path) > 0
         stdout, stderr = _tail(out_path), _tail(err_path)
-        held = {"uid_drop": iso.ok, "namespaces": iso.ok, "rlimits": True,
-                "cgroup_memory": bool(cg and "memory" in cg.paths),
-                "cgroup_pids": bool(cg and "pids" in cg.paths), "wall_timeout": True}
+        held = {
+            "uid_drop": iso.ok,
+            "namespaces": iso.ok,
+            "rlimits": True,
+            "cgroup_memory": bool(cg and "memory" in cg.paths),
+            "cgroup_pids": bool(cg and "pids" in cg.paths),
+            "wall_timeout": True,
+        }
         return SandboxResult(
-            returncode=proc.returncode, stdout=stdout, stderr=stderr, wall_s=wall, started=started,
-            timed_out=timed_out, killed_by_us=timed_out,
-            cpu_s=counters.get("cpuacct_ns", cpu_sampled * 1e9) / 1e9, runq_wait_s=sched_wait_s,
+            returncode=proc.returncode,
+            stdout=stdout,
+            stderr=stderr,
+            wall_s=wall,
+            started=started,
+            timed_out=timed_out,
+            killed_by_us=timed_out,
+            cpu_s=counters.get("cpuacct_ns", cpu_sampled * 1e9) / 1e9,
+            runq_wait_s=sched_wait_s,
             starved_s=deficit_s,
             psi_cpu_some_s=(psi1 - psi0) / 1e6 if psi0 is not None and psi1 is not None else -1.0,
-            cgroup=counters, host_oom_kills=accounting.host_oom_kills() - oom0, limits_held=held,
-            isolation=isolation, host_canary_cpu_s=canary[0])
+            cgroup=counters,
+            host_oom_kills=accounting.host_oom_kills() - oom0,
+            limits_held=held,
+            isolation=isolation,
+            host_canary_cpu_s=canary[0],
+        )
     finally:  # also on an exception: no stray tree, thread, cgroup or scratch directory is left
         if monitor is not None and monitor.is_alive():
             monitor.finish()

@@ -1,6 +1,6 @@
 """The learner: train state and jitted train step, objective by config, batching, checkpoints.
 
-    from agentjax.learner import LossConfig, OptimConfig, init_train_state, make_optimizer, make_train_step
+from agentjax.learner import LossConfig, OptimConfig, init_train_state, make_optimizer, make_train_step
 """
 
 from agentjax.learner.batching import make_batch

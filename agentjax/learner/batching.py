@@ -40,9 +40,15 @@ def trajectory_advantages(rewards: Sequence[float], groups: Sequence[str], estim
     return out
 
 
-def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: int, length: int,
-               advantage: str = "group_std", rewards: Sequence[float] | None = None
-               ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+def make_batch(
+    trajs: Sequence[Trajectory],
+    weights: Sequence[float],
+    *,
+    rows: int,
+    length: int,
+    advantage: str = "group_std",
+    rewards: Sequence[float] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Pads every trajectory's rows into ``[rows, length]`` arrays.
 
     Rows beyond the trajectories' own are all-zero with ``loss_mask`` 0 (they change nothing).
@@ -89,9 +95,18 @@ def make_batch(trajs: Sequence[Trajectory], weights: Sequence[float], *, rows: i
                 step_reward[r, acts[-1]] = float(t.final_reward)
             boot[r] = 0.0 if ends else 1.0
             r += 1
-    batch = {"tokens": tok, "positions": pos, "loss_mask": mask, "behav_logp": logp,
-             "advantages": a, "weight": w, "behaviour_version": version,
-             "step_reward": step_reward, "bootstrap": boot, "lengths": lengths}
+    batch = {
+        "tokens": tok,
+        "positions": pos,
+        "loss_mask": mask,
+        "behav_logp": logp,
+        "advantages": a,
+        "weight": w,
+        "behaviour_version": version,
+        "step_reward": step_reward,
+        "bootstrap": boot,
+        "lengths": lengths,
+    }
     if routes is not None:
         batch["routes"] = routes
     groups = defaultdict(list)

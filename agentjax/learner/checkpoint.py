@@ -40,12 +40,9 @@ class Restored(NamedTuple):
 
 
 def _manager(directory: str | os.PathLike, *, keep: int | None = None, create: bool = False):
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=create, enable_async_checkpointing=False
-    )
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=create, enable_async_checkpointing=False)
     handlers = {_STATE: ocp.StandardCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
-    return ocp.CheckpointManager(Path(directory).absolute(), options=options,
-                                 item_handlers=handlers)
+    return ocp.CheckpointManager(Path(directory).absolute(), options=options, item_handlers=handlers)
 
 
 def all_steps(directory: str | os.PathLike) -> list[int]:
@@ -79,15 +76,18 @@ def saved_arrays(directory: str | os.PathLike, step: int | None = None) -> dict[
     flat = jax.tree.flatten_with_path(tree, is_leaf=lambda m: hasattr(m, "shape"))[0]
     return {
         jax.tree_util.keystr(kp): {
-            "shape": tuple(m.shape), "dtype": str(m.dtype),
+            "shape": tuple(m.shape),
+            "dtype": str(m.dtype),
             "chunk_shape": tuple(getattr(getattr(m, "storage", None), "chunk_shape", None) or ()),
         }
-        for kp, m in flat if hasattr(m, "shape")
+        for kp, m in flat
+        if hasattr(m, "shape")
     }
 
 
-def save_checkpoint(directory: str | os.PathLike, step: int, state, *,
-                    metadata: dict | None = None, keep: int | None = None) -> Path:
+def save_checkpoint(
+    directory: str | os.PathLike, step: int, state, *, metadata: dict | None = None, keep: int | None = None
+) -> Path:
     """Writes ``state`` (and JSON ``metadata``) as ``directory/<step>``; returns that path.
 
     Blocks until the step is committed. ``keep``: keep only the newest ``keep`` steps (None keeps
@@ -104,21 +104,22 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state, *,
         with _quiet_orbax(), _manager(directory, keep=keep, create=True) as mgr:
             if step in mgr.all_steps():
                 raise CheckpointError(f"{path} already exists; refusing to overwrite step {step}")
-            args = ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state),
-                                         _META: ocp.args.JsonSave(metadata or {})})
+            args = ocp.args.Composite(
+                **{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(metadata or {})}
+            )
             if not mgr.save(step, args=args, force=True):
                 raise CheckpointError(f"{path}: orbax declined to save step {step}")
             mgr.wait_until_finished()
     except CheckpointError:
         raise
     except Exception as e:  # a full disk, a permission error, ...: one error naming the step
-        raise CheckpointError(f"cannot save {path}: {_short(e)} (the previous checkpoint is "
-                              "still the latest)") from None
+        raise CheckpointError(
+            f"cannot save {path}: {_short(e)} (the previous checkpoint is still the latest)"
+        ) from None
     return path
 
 
-_OS_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system",
-              "Permission denied")
+_OS_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
 
 
 def _short(e: BaseException) -> str:
@@ -171,12 +172,13 @@ def _single_device_target(mgr, step: int, path: Path):
     tree = meta.tree if hasattr(meta, "tree") else meta
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     return jax.tree.map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one) if hasattr(m, "shape")
-        else m, tree)
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one) if hasattr(m, "shape") else m, tree
+    )
 
 
-def restore_checkpoint(directory: str | os.PathLike, target=None, *, step: int | None = None,
-                       shardings=None) -> Restored:
+def restore_checkpoint(
+    directory: str | os.PathLike, target=None, *, step: int | None = None, shardings=None
+) -> Restored:
     """Restores ``(state, metadata, step)``; the newest step unless ``step`` is given.
 
     Args:
@@ -202,8 +204,9 @@ def restore_checkpoint(directory: str | os.PathLike, target=None, *, step: int |
         step = steps[-1] if step is None else step
         path = root / str(step)
         if step not in steps:
-            raise CheckpointError(f"cannot resume: {path} is not a complete checkpoint; "
-                                  f"available steps: {steps}")
+            raise CheckpointError(
+                f"cannot resume: {path} is not a complete checkpoint; available steps: {steps}"
+            )
         try:
             if target is None:
                 abstract = _single_device_target(mgr, step, path)
@@ -211,8 +214,9 @@ def restore_checkpoint(directory: str | os.PathLike, target=None, *, step: int |
                 abstract = jax.tree.map(_abstract, target)
             else:
                 abstract = jax.tree.map(_abstract, target, shardings)
-            args = ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(abstract),
-                                         _META: ocp.args.JsonRestore()})
+            args = ocp.args.Composite(
+                **{_STATE: ocp.args.StandardRestore(abstract), _META: ocp.args.JsonRestore()}
+            )
             out = mgr.restore(step, args=args)
         except CheckpointError:
             raise

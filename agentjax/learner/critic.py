@@ -68,4 +68,3 @@ def whiten(adv, mask, eps: float = 1e-6):
     mu = masked_mean(adv, mask)
     sd = jnp.sqrt(masked_mean((adv - mu) ** 2, mask))
     return jnp.where(mask > 0, (adv - mu) / (sd + eps), 0.0)
-

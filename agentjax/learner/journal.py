@@ -102,9 +102,11 @@ class Journal:
             if self._end != start:  # first append, or the file changed under us: check it
                 self._end = _walk(_read(self.path))[1]
             if self._end != start:
-                raise JournalError(f"{self.path}: torn tail at byte {self._end} of {start}; "
-                                   "refusing to append after it (resume repairs the journal "
-                                   "from the last checkpoint)")
+                raise JournalError(
+                    f"{self.path}: torn tail at byte {self._end} of {start}; "
+                    "refusing to append after it (resume repairs the journal "
+                    "from the last checkpoint)"
+                )
             os.lseek(fd, start, os.SEEK_SET)
             try:
                 _write_all(fd, data, self.path)
@@ -134,7 +136,8 @@ class Journal:
             raise JournalError(
                 f"{self.path} holds {len(scan.records)} intact records but the checkpoint "
                 f"journaled {count}: records {len(scan.records)}..{count - 1} are lost"
-                + (f" (torn at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else ""))
+                + (f" (torn at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else "")
+            )
         keep = scan.records[:count]
         if len(keep) == len(scan.records) and not scan.torn:
             return  # already exactly the kept prefix
@@ -153,9 +156,11 @@ class Journal:
         check = Journal(tmp).scan()  # read back: adopt only a complete, intact copy
         if check.torn or len(check.records) != count or check.total_bytes != len(data):
             os.remove(tmp)
-            raise JournalError(f"{tmp}: the rewritten journal is not intact ({len(check.records)} "
-                               f"of {count} records, {check.total_bytes} of {len(data)} bytes); "
-                               f"{self.path} left unchanged")
+            raise JournalError(
+                f"{tmp}: the rewritten journal is not intact ({len(check.records)} "
+                f"of {count} records, {check.total_bytes} of {len(data)} bytes); "
+                f"{self.path} left unchanged"
+            )
         os.replace(tmp, self.path)
         self._end = None
         dfd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)

@@ -65,31 +65,39 @@ class LossConfig:
         for name in LOSSES:  # hashable, read-only sections (each loss reads only its own)
             sec = getattr(self, name)
             sec = dict(sec) if not isinstance(sec, tuple) else dict(sec)
-            object.__setattr__(self, name, tuple(sorted(
-                (k, tuple(v) if isinstance(v, list) else v) for k, v in sec.items())))
+            object.__setattr__(
+                self, name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in sec.items()))
+            )
         _choice("loss.filter", self.filter, FILTERS)
         _choice("loss.filter_ratio", self.filter_ratio, FILTER_RATIOS)
         _choice("loss.advantage", self.advantage, ADVANTAGES)
         _choice("loss.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         self.objective  # noqa: B018 - builds the loss's own config: a foreign field is an error
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
-            raise ValueError(f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: "
-                             "each must be in [0, 1]")
+            raise ValueError(
+                f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: each must be in [0, 1]"
+            )
         if self.advantage == "gae" and self.value_coef <= 0:
-            raise ValueError(f"loss.value_coef={self.value_coef} is invalid with loss.advantage='gae'; "
-                             "must be > 0 (the critic has to learn)")
+            raise ValueError(
+                f"loss.value_coef={self.value_coef} is invalid with loss.advantage='gae'; "
+                "must be > 0 (the critic has to learn)"
+            )
         if not 0.0 <= self.negative_scale <= 1.0:
             raise ValueError(f"loss.negative_scale={self.negative_scale} is invalid; must be in [0, 1]")
         if self.tis_cap < 0 or (self.tis_cap and self.name not in _TIS_LOSSES):
-            raise ValueError(f"loss.tis_cap={self.tis_cap} is invalid with loss.name={self.name!r}; "
-                             f"0 (off) or a positive cap, only with {list(_TIS_LOSSES)} (the others "
-                             "mask or reweight the mismatch themselves)")
+            raise ValueError(
+                f"loss.tis_cap={self.tis_cap} is invalid with loss.name={self.name!r}; "
+                f"0 (off) or a positive cap, only with {list(_TIS_LOSSES)} (the others "
+                "mask or reweight the mismatch themselves)"
+            )
         for f in ("kpop_threshold", "kl_coef", "value_coef"):
             if not getattr(self, f) >= 0:
                 raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be >= 0")
         if not 0 <= self.icepop_low <= self.icepop_high:
-            raise ValueError(f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
-                             "are invalid; must satisfy 0 <= icepop_low <= icepop_high")
+            raise ValueError(
+                f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
+                "are invalid; must satisfy 0 <= icepop_low <= icepop_high"
+            )
 
     @property
     def objective(self):
@@ -125,9 +133,13 @@ def _filter(cfg: LossConfig, train_logp, infer_logp, mask):
 def ratio_metrics(logp, behav, train_v, prox, mask) -> dict:
     """The three factors of ``pi / mu`` (update x staleness x mismatch) as masked means."""
     up, st, mm, tot = obj.decompose_three(logp, prox, train_v, behav)
-    return {"ratio/update": obj.masked_mean(up, mask), "ratio/staleness": obj.masked_mean(st, mask),
-            "ratio/mismatch": obj.masked_mean(mm, mask), "ratio/total": obj.masked_mean(tot, mask),
-            "mismatch/max_abs_delta": jnp.max(jnp.where(mask > 0, jnp.abs(train_v - behav), 0.0))}
+    return {
+        "ratio/update": obj.masked_mean(up, mask),
+        "ratio/staleness": obj.masked_mean(st, mask),
+        "ratio/mismatch": obj.masked_mean(mm, mask),
+        "ratio/total": obj.masked_mean(tot, mask),
+        "mismatch/max_abs_delta": jnp.max(jnp.where(mask > 0, jnp.abs(train_v - behav), 0.0)),
+    }
 
 
 def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=None):
@@ -150,9 +162,11 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     # prox: the parameters at the step's start; with one update per step that is logp itself
     missing = ["train_v"] if "train_v" in cfg.needs and "train_at_behavior_logp" not in batch else []
     if missing:
-        raise ValueError(f"loss {cfg.name!r} (filter={cfg.filter!r}, filter_ratio={cfg.filter_ratio!r}, "
-                         f"tis_cap={cfg.tis_cap}) needs the log-probs {missing}: pass behaviour "
-                         "parameters to the train step (agentjax.learner.step)")
+        raise ValueError(
+            f"loss {cfg.name!r} (filter={cfg.filter!r}, filter_ratio={cfg.filter_ratio!r}, "
+            f"tis_cap={cfg.tis_cap}) needs the log-probs {missing}: pass behaviour "
+            "parameters to the train step (agentjax.learner.step)"
+        )
     train_v = batch.get("train_at_behavior_logp")
     prox = batch.get("prox_logp", jax.lax.stop_gradient(logp))
     ref = train_v if cfg.filter_ratio == "mismatch" and train_v is not None else jax.lax.stop_gradient(logp)
@@ -169,12 +183,17 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
         metrics["tis/truncated"] = obj.masked_mean((tis >= cfg.tis_cap).astype(jnp.float32), m)
         adv = (adv[:, None] if adv.ndim == 1 else adv) * jax.lax.stop_gradient(tis)
     logps = registry.Logps(logp, behav, train_v, prox)
-    loss, lm = cfg.objective.apply(logps, adv, m, max_len=logp.shape[1], ref_logp=ref_logp,
-                                   kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind)
+    loss, lm = cfg.objective.apply(
+        logps, adv, m, max_len=logp.shape[1], ref_logp=ref_logp, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind
+    )
     metrics.update({f"loss/{k}": v for k, v in lm.items()})
     if cfg.kl_coef and cfg.name != "grpo" and ref_logp is not None:
-        kl = obj.aggregate(obj.kl_penalty(logp, ref_logp, cfg.kl_kind), m,
-                           getattr(cfg.objective, "aggregation", "token_mean"), max_len=logp.shape[1])
+        kl = obj.aggregate(
+            obj.kl_penalty(logp, ref_logp, cfg.kl_kind),
+            m,
+            getattr(cfg.objective, "aggregation", "token_mean"),
+            max_len=logp.shape[1],
+        )
         loss = loss + cfg.kl_coef * kl
         metrics["loss/kl"] = kl
     if cfg.value_coef and values is not None:
@@ -185,8 +204,6 @@ def policy_objective(cfg: LossConfig, batch: dict, logp, values=None, ref_logp=N
     if train_v is not None:
         metrics.update(ratio_metrics(jax.lax.stop_gradient(logp), behav, train_v, prox, batch["loss_mask"]))
     w = obj.importance_weights(ref, behav, batch["loss_mask"], level="token")
-    metrics["ess/token_frac"] = obj.ess(w, batch["loss_mask"]) / jnp.maximum(
-        jnp.sum(batch["loss_mask"]), 1.0
-    )
+    metrics["ess/token_frac"] = obj.ess(w, batch["loss_mask"]) / jnp.maximum(jnp.sum(batch["loss_mask"]), 1.0)
     metrics["loss/total"] = loss
     return loss, metrics

@@ -47,20 +47,27 @@ def _flat(d, prefix=""):
 def config_differences(stored: dict, current: dict) -> list[str]:
     """``field: stored -> current`` for every field that differs (besides :data:`MAY_CHANGE`)."""
     a, b = _flat(stored), _flat(current)
-    return [f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
-            for k in sorted(a.keys() | b.keys()) if k not in MAY_CHANGE and a.get(k) != b.get(k)]
+    return [
+        f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
+        for k in sorted(a.keys() | b.keys())
+        if k not in MAY_CHANGE and a.get(k) != b.get(k)
+    ]
 
 
 def check_config(stored: dict | None, current: dict, where: str) -> None:
     if stored is None:
-        raise CheckpointError(f"cannot resume: {where} stores no run config (written before "
-                              "checkpoints carried it); start a new --workdir")
+        raise CheckpointError(
+            f"cannot resume: {where} stores no run config (written before "
+            "checkpoints carried it); start a new --workdir"
+        )
     diff = config_differences(stored, current)
     if diff:
         raise CheckpointError(
             f"cannot resume: the config differs from the one stored with {where}: "
-            + "; ".join(diff) + f". Resume with the same config (only {list(MAY_CHANGE)} may "
-            "change) or start a new --workdir")
+            + "; ".join(diff)
+            + f". Resume with the same config (only {list(MAY_CHANGE)} may "
+            "change) or start a new --workdir"
+        )
 
 
 def metrics_lines(path: str, step: int) -> tuple[str, bool]:
@@ -68,9 +75,11 @@ def metrics_lines(path: str, step: int) -> tuple[str, bool]:
     line was dropped. Raises CheckpointError if the file or any row up to ``step`` is missing,
     or a line other than the last is not JSON."""
     if not os.path.exists(path):
-        raise CheckpointError(f"cannot resume from step {step}: {path} is missing (its rows up to "
-                              f"step {step} were written before the checkpoint); restore the "
-                              "file or start a new --workdir")
+        raise CheckpointError(
+            f"cannot resume from step {step}: {path} is missing (its rows up to "
+            f"step {step} were written before the checkpoint); restore the "
+            "file or start a new --workdir"
+        )
     with open(path) as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
@@ -85,8 +94,10 @@ def metrics_lines(path: str, step: int) -> tuple[str, bool]:
             if i == len(lines) - 1:  # an interrupted append: repairable
                 torn = True
                 continue
-            raise CheckpointError(f"cannot resume: {path} line {i + 1} is not JSON (corrupted "
-                                  "inside the file, not a torn last line)") from None
+            raise CheckpointError(
+                f"cannot resume: {path} line {i + 1} is not JSON (corrupted "
+                "inside the file, not a torn last line)"
+            ) from None
         if row.get("step", 0) <= step:
             keep.append(line + "\n")
             header |= "header" in row
@@ -95,8 +106,9 @@ def metrics_lines(path: str, step: int) -> tuple[str, bool]:
     missing = sorted(set(range(1, step + 1)) - train_steps)
     if missing or not header:
         what = f"the training rows of steps {missing}" if missing else "the header row (step 0)"
-        raise CheckpointError(f"cannot resume from step {step}: {path} lacks {what}; restore the "
-                              "file or start a new --workdir")
+        raise CheckpointError(
+            f"cannot resume from step {step}: {path} lacks {what}; restore the file or start a new --workdir"
+        )
     return "".join(keep), torn
 
 
@@ -104,7 +116,9 @@ def previous_step_hint(ckdir: str, step: int, steps: list[int], intact) -> str:
     """How to resume from the newest earlier step whose snapshot ``intact(path)`` accepts."""
     for s in sorted((s for s in steps if s < step), reverse=True):
         if intact(snapshot_path(ckdir, s)):
-            return (f"The previous checkpoint, step {s}, is intact: to resume from it, delete "
-                    f"{os.path.join(ckdir, str(step))} and {snapshot_path(ckdir, step)}, then "
-                    "run --resume again.")
+            return (
+                f"The previous checkpoint, step {s}, is intact: to resume from it, delete "
+                f"{os.path.join(ckdir, str(step))} and {snapshot_path(ckdir, step)}, then "
+                "run --resume again."
+            )
     return "No earlier intact checkpoint exists: start a new --workdir."

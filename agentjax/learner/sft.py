@@ -38,13 +38,26 @@ def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, lengt
     return {"tokens": tok, "positions": pos, "loss_mask": mask}
 
 
-def sft_train(params, config: ModelConfig, rows: dict, *, steps: int, batch_size: int,
-              learning_rate: float, seed: int, log_every: int = 0, log=print):
+def sft_train(
+    params,
+    config: ModelConfig,
+    rows: dict,
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    log_every: int = 0,
+    log=print,
+):
     """Adam on the mean negative log-likelihood of the action tokens; returns ``(params, losses)``."""
     cfg = config.replace(exact_tile=0)  # the standard kernels: same function, cheaper gradient
-    tx = optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adam(optax.warmup_cosine_decay_schedule(
-                         0.0, learning_rate, max(steps // 20, 1), max(steps, 2))))
+    tx = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adam(
+            optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(steps // 20, 1), max(steps, 2))
+        ),
+    )
     opt = tx.init(params)
 
     @jax.jit

@@ -55,8 +55,9 @@ class OptimConfig:
 
     def __post_init__(self):
         if not 0 < self.learning_rate < float("inf"):  # NaN fails too
-            raise ValueError(f"optim.learning_rate={self.learning_rate} is invalid; "
-                             "must be a finite number > 0")
+            raise ValueError(
+                f"optim.learning_rate={self.learning_rate} is invalid; must be a finite number > 0"
+            )
         if self.grad_accum < 1:
             raise ValueError(f"optim.grad_accum={self.grad_accum} is invalid; must be >= 1")
         if self.minibatches < 1:
@@ -84,22 +85,34 @@ def init_train_state(params, tx: optax.GradientTransformation, seed: int) -> Tra
 
 def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, transform):
     logp, _ = token_logprobs(
-        params, batch["tokens"], batch["positions"], config=model_config,
-        transform=transform, routes=batch.get("routes"),
+        params,
+        batch["tokens"],
+        batch["positions"],
+        config=model_config,
+        transform=transform,
+        routes=batch.get("routes"),
     )
     values = None
     if loss_config.value_coef and model_config.value_head != "none":
         raw = critic_values(params, batch["tokens"], batch["positions"], config=model_config)
         values = critic.state_values(raw)
         if loss_config.advantage == "gae":
-            adv, ret = critic.token_gae(raw, batch["loss_mask"], batch["step_reward"], batch["bootstrap"],
-                                        batch["lengths"], gamma=loss_config.gamma, lam=loss_config.gae_lambda)
+            adv, ret = critic.token_gae(
+                raw,
+                batch["loss_mask"],
+                batch["step_reward"],
+                batch["bootstrap"],
+                batch["lengths"],
+                gamma=loss_config.gamma,
+                lam=loss_config.gae_lambda,
+            )
             if loss_config.whiten:
                 adv = critic.whiten(adv, batch["loss_mask"])
             batch = {**batch, "advantages": adv, "returns": ret}
     elif loss_config.advantage == "gae":
-        raise ValueError("loss.advantage='gae' needs a critic: set model.value_head to "
-                         "'shared' or 'separate'")
+        raise ValueError(
+            "loss.advantage='gae' needs a critic: set model.value_head to 'shared' or 'separate'"
+        )
     return policy_objective(loss_config, batch, logp, values=values, ref_logp=batch.get("ref_logp"))
 
 
@@ -123,8 +136,14 @@ def behaviour_logprobs(behaviour, batch, *, model_config, transform):
         hit = ver == versions[k]
 
         def score(p=p):
-            return token_logprobs(p, batch["tokens"], batch["positions"], config=model_config,
-                                  transform=transform, routes=batch.get("routes"))[0].astype(jnp.float32)
+            return token_logprobs(
+                p,
+                batch["tokens"],
+                batch["positions"],
+                config=model_config,
+                transform=transform,
+                routes=batch.get("routes"),
+            )[0].astype(jnp.float32)
 
         lp = jax.lax.cond(jnp.any(hit), score, lambda: jnp.zeros(ver.shape, jnp.float32))
         out, found = jnp.where(hit, lp, out), found | hit
@@ -137,8 +156,9 @@ def routing_mismatch(params, batch, recorded, model_config):
     """Share of (real position, layer) whose experts the learner's forward used differ from the
     ones the sampler recorded: 0 with routing replay (``batch["routes"]``), > 0 without it
     (``batch["sampler_routes"]`` only) as soon as the two engines' router logits differ."""
-    _, _, aux = forward(params, batch["tokens"], batch["positions"], config=model_config,
-                        routes=batch.get("routes"))
+    _, _, aux = forward(
+        params, batch["tokens"], batch["positions"], config=model_config, routes=batch.get("routes")
+    )
     used = jnp.sort(jax.lax.stop_gradient(aux["routes"]), axis=-1)
     differ = jnp.any(used != jnp.sort(recorded, axis=-1), axis=-1)  # [B, T, layers]
     real = (batch["positions"] < batch["tokens"].shape[1])[..., None]
@@ -180,11 +200,28 @@ def _update(params, opt_state, batch, *, args, tx, grad_accum):
     return pick(new_params, params), pick(new_opt, opt_state), finite, metrics
 
 
-def _train_step(state: TrainState, batch, ref_params=None, behaviour=None, *, model_config, loss_config,
-                tx, transform, grad_accum, minibatches=1):
+def _train_step(
+    state: TrainState,
+    batch,
+    ref_params=None,
+    behaviour=None,
+    *,
+    model_config,
+    loss_config,
+    tx,
+    transform,
+    grad_accum,
+    minibatches=1,
+):
     if ref_params is not None and loss_config.kl_coef:
-        ref_logp, _ = token_logprobs(ref_params, batch["tokens"], batch["positions"], config=model_config,
-                                     transform=transform, routes=batch.get("routes"))
+        ref_logp, _ = token_logprobs(
+            ref_params,
+            batch["tokens"],
+            batch["positions"],
+            config=model_config,
+            transform=transform,
+            routes=batch.get("routes"),
+        )
         batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
     extra = {}
     recorded = batch.get("routes", batch.get("sampler_routes"))
@@ -192,20 +229,30 @@ def _train_step(state: TrainState, batch, ref_params=None, behaviour=None, *, mo
         extra["routing/mismatch"] = routing_mismatch(state.params, batch, recorded, model_config)
     if "train_v" in loss_config.needs:
         if behaviour is None:
-            raise ValueError(f"loss {loss_config.name!r} with filter={loss_config.filter!r}, "
-                             f"filter_ratio={loss_config.filter_ratio!r}, tis_cap={loss_config.tis_cap} "
-                             "needs the behaviour versions' parameters: call train_step(state, batch, "
-                             "ref_params, behaviour=(params_tuple, versions))")
-        train_v, covered = behaviour_logprobs(behaviour, batch, model_config=model_config,
-                                              transform=transform)
+            raise ValueError(
+                f"loss {loss_config.name!r} with filter={loss_config.filter!r}, "
+                f"filter_ratio={loss_config.filter_ratio!r}, tis_cap={loss_config.tis_cap} "
+                "needs the behaviour versions' parameters: call train_step(state, batch, "
+                "ref_params, behaviour=(params_tuple, versions))"
+            )
+        train_v, covered = behaviour_logprobs(
+            behaviour, batch, model_config=model_config, transform=transform
+        )
         batch = {**batch, "train_at_behavior_logp": train_v}
         extra["behaviour/covered"] = covered
     if minibatches > 1:  # the proximal policy: the parameters when this step starts
-        prox, _ = token_logprobs(state.params, batch["tokens"], batch["positions"], config=model_config,
-                                 transform=transform, routes=batch.get("routes"))
+        prox, _ = token_logprobs(
+            state.params,
+            batch["tokens"],
+            batch["positions"],
+            config=model_config,
+            transform=transform,
+            routes=batch.get("routes"),
+        )
         batch = {**batch, "prox_logp": jax.lax.stop_gradient(prox.astype(jnp.float32))}
-    upd = functools.partial(_update, args=(model_config, loss_config, transform), tx=tx,
-                            grad_accum=grad_accum)
+    upd = functools.partial(
+        _update, args=(model_config, loss_config, transform), tx=tx, grad_accum=grad_accum
+    )
     if minibatches == 1:
         params, opt_state, finite, metrics = upd(state.params, state.opt_state, batch)
         steps = finite.astype(jnp.int32)
@@ -228,9 +275,16 @@ def _train_step(state: TrainState, batch, ref_params=None, behaviour=None, *, mo
     return new_state, metrics
 
 
-def make_train_step(model_config: ModelConfig, loss_config: LossConfig,
-                    tx: optax.GradientTransformation, *, transform=None, grad_accum: int = 1,
-                    minibatches: int = 1, donate: bool = False):
+def make_train_step(
+    model_config: ModelConfig,
+    loss_config: LossConfig,
+    tx: optax.GradientTransformation,
+    *,
+    transform=None,
+    grad_accum: int = 1,
+    minibatches: int = 1,
+    donate: bool = False,
+):
     """A jitted ``(state, batch, ref_params=None, behaviour=None) -> (state, metrics)``.
 
     ``behaviour = (params_tuple, versions)``: the kept parameters of the behaviour versions, for
@@ -241,6 +295,13 @@ def make_train_step(model_config: ModelConfig, loss_config: LossConfig,
     old parameters: colocated sampling shares the very same arrays, and asynchronous rollouts of
     an older version may still run after the step.
     """
-    fn = functools.partial(_train_step, model_config=model_config, loss_config=loss_config, tx=tx,
-                           transform=transform, grad_accum=grad_accum, minibatches=minibatches)
+    fn = functools.partial(
+        _train_step,
+        model_config=model_config,
+        loss_config=loss_config,
+        tx=tx,
+        transform=transform,
+        grad_accum=grad_accum,
+        minibatches=minibatches,
+    )
     return jax.jit(fn, donate_argnums=0 if donate else ())

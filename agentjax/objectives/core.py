@@ -96,12 +96,15 @@ def _token_advantages(advantages: Any, shape: tuple[int, int]) -> Array:
 def check_clip(clip_low: Any, clip_high: Any, *, prefix: str = "") -> None:
     """Clip epsilons of the ratio interval ``[1 - clip_low, 1 + clip_high]``: ``0 <= clip_low < 1``
     (``None``: no lower bound, CISPO) and ``clip_high >= 0``, finite. Traced values are not checked."""
+
     def bad(x, ok):
         return isinstance(x, int | float) and not isinstance(x, bool) and not ok(x)
 
     if bad(clip_low, lambda x: 0 <= x < 1):
-        raise ValueError(f"{prefix}clip_low={clip_low} is invalid; must be in [0, 1) (the lower "
-                         "ratio bound 1 - clip_low must stay in (0, 1])")
+        raise ValueError(
+            f"{prefix}clip_low={clip_low} is invalid; must be in [0, 1) (the lower "
+            "ratio bound 1 - clip_low must stay in (0, 1])"
+        )
     if bad(clip_high, lambda x: 0 <= x < float("inf")):
         raise ValueError(f"{prefix}clip_high={clip_high} is invalid; must be a finite number >= 0")
 

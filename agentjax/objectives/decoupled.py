@@ -26,8 +26,9 @@ from agentjax.objectives.core import Array, _as_mask, _token_advantages, _token_
 sg = jax.lax.stop_gradient
 
 
-def decompose_three(logp_current: Any, logp_prox: Any, logp_train_at_behavior_version: Any,
-                    logp_infer: Any) -> tuple[Array, Array, Array, Array]:
+def decompose_three(
+    logp_current: Any, logp_prox: Any, logp_train_at_behavior_version: Any, logp_infer: Any
+) -> tuple[Array, Array, Array, Array]:
     """``(update, staleness, mismatch, total)`` ratios, with ``total = update * staleness * mismatch``.
 
     ``update = pi / pi_prox``, ``staleness = pi_prox / pi_v``, ``mismatch = pi_v / mu``,
@@ -35,10 +36,12 @@ def decompose_three(logp_current: Any, logp_prox: Any, logp_train_at_behavior_ve
     a check, not a definition).
     """
     cur, prox, train_v, infer = _token_inputs(
-        logp_current=logp_current, logp_prox=logp_prox,
-        logp_train_at_behavior_version=logp_train_at_behavior_version, logp_infer=logp_infer)
-    return (jnp.exp(cur - prox), jnp.exp(prox - train_v), jnp.exp(train_v - infer),
-            jnp.exp(cur - infer))
+        logp_current=logp_current,
+        logp_prox=logp_prox,
+        logp_train_at_behavior_version=logp_train_at_behavior_version,
+        logp_infer=logp_infer,
+    )
+    return (jnp.exp(cur - prox), jnp.exp(prox - train_v), jnp.exp(train_v - infer), jnp.exp(cur - infer))
 
 
 def decoupled_ppo_loss(

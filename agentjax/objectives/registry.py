@@ -50,8 +50,16 @@ class PPO:
     needs = ()
 
     def apply(self, lp: Logps, adv, mask, *, max_len, **_):
-        return ppo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low,
-                        clip_high=self.clip_high, aggregation=self.aggregation, max_len=max_len)
+        return ppo_loss(
+            lp.current,
+            lp.behavior,
+            adv,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +74,19 @@ class GRPO:
     needs = ()
 
     def apply(self, lp: Logps, adv, mask, *, max_len, ref_logp=None, kl_coef=0.0, kl_kind="k3"):
-        return grpo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low,
-                         clip_high=self.clip_high, ref_logp=ref_logp, kl_coef=kl_coef,
-                         kl_kind=kl_kind, aggregation=self.aggregation, max_len=max_len)
+        return grpo_loss(
+            lp.current,
+            lp.behavior,
+            adv,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            ref_logp=ref_logp,
+            kl_coef=kl_coef,
+            kl_kind=kl_kind,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +100,7 @@ class GSPO:
 
     def apply(self, lp: Logps, adv, mask, **_):
         adv = adv if adv.ndim == 1 else masked_mean(adv, mask, axis=1)
-        return gspo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low,
-                         clip_high=self.clip_high)
+        return gspo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +114,16 @@ class CISPO:
     needs = ()
 
     def apply(self, lp: Logps, adv, mask, *, max_len, **_):
-        return cispo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low,
-                          clip_high=self.clip_high, aggregation=self.aggregation, max_len=max_len)
+        return cispo_loss(
+            lp.current,
+            lp.behavior,
+            adv,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +138,16 @@ class MISPO:
     needs = ()
 
     def apply(self, lp: Logps, adv, mask, *, max_len, **_):
-        return mis_po_loss(lp.current, lp.behavior, adv, mask, token_bounds=self.token_bounds,
-                           seq_bounds=self.seq_bounds, aggregation=self.aggregation, max_len=max_len)
+        return mis_po_loss(
+            lp.current,
+            lp.behavior,
+            adv,
+            mask,
+            token_bounds=self.token_bounds,
+            seq_bounds=self.seq_bounds,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,11 +165,21 @@ class HisPO:
     needs = ("train_v",)
 
     def apply(self, lp: Logps, adv, mask, *, max_len, **_):
-        return hispo_loss(lp.current, lp.train_v, lp.behavior, adv, mask,
-                          mismatch_token_bounds=self.mismatch_bounds, mismatch_seq_bounds=None,
-                          staleness_token_bounds=self.staleness_bounds, staleness_seq_bounds=None,
-                          clip_low=self.clip_low, clip_high=self.clip_high,
-                          aggregation=self.aggregation, max_len=max_len)
+        return hispo_loss(
+            lp.current,
+            lp.train_v,
+            lp.behavior,
+            adv,
+            mask,
+            mismatch_token_bounds=self.mismatch_bounds,
+            mismatch_seq_bounds=None,
+            staleness_token_bounds=self.staleness_bounds,
+            staleness_seq_bounds=None,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,13 +195,29 @@ class DecoupledPPO:
     needs = ("prox",)
 
     def apply(self, lp: Logps, adv, mask, *, max_len, **_):
-        return decoupled_ppo_loss(lp.current, lp.prox, lp.behavior, adv, mask, clip_low=self.clip_low,
-                                  clip_high=self.clip_high, behavior_cap=self.behavior_cap,
-                                  aggregation=self.aggregation, max_len=max_len)
+        return decoupled_ppo_loss(
+            lp.current,
+            lp.prox,
+            lp.behavior,
+            adv,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            behavior_cap=self.behavior_cap,
+            aggregation=self.aggregation,
+            max_len=max_len,
+        )
 
 
-LOSSES = {"ppo": PPO, "grpo": GRPO, "gspo": GSPO, "cispo": CISPO, "mis_po": MISPO, "hispo": HisPO,
-          "decoupled_ppo": DecoupledPPO}
+LOSSES = {
+    "ppo": PPO,
+    "grpo": GRPO,
+    "gspo": GSPO,
+    "cispo": CISPO,
+    "mis_po": MISPO,
+    "hispo": HisPO,
+    "decoupled_ppo": DecoupledPPO,
+}
 LOSS_FIELDS = sorted({f.name for cls in LOSSES.values() for f in dataclasses.fields(cls)})
 
 
@@ -171,8 +230,10 @@ def make(name: str, **fields):
     own = {f.name for f in dataclasses.fields(cls)}
     bad = sorted(set(fields) - own)
     if bad:
-        raise ValueError(f"{', '.join('loss.' + b for b in bad)} is not a field of loss {name!r}; "
-                         f"its fields: {sorted(own)}")
+        raise ValueError(
+            f"{', '.join('loss.' + b for b in bad)} is not a field of loss {name!r}; "
+            f"its fields: {sorted(own)}"
+        )
     cfg = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
     _check(name, cfg)
     return cfg

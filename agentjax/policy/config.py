@@ -77,13 +77,21 @@ class ModelConfig:
     init_scale: float = 0.02
 
     def __post_init__(self):
-        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
-                  "d_ff", "max_seq_len", "critic_layers", "layer_unroll"):
+        for f in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "d_ff",
+            "max_seq_len",
+            "critic_layers",
+            "layer_unroll",
+        ):
             _check_positive(f, getattr(self, f))
         if self.n_heads % self.n_kv_heads:
-            raise ConfigError(
-                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}"
-            )
+            raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         for f in ("param_dtype", "compute_dtype", "head_dtype"):
             _check_choice(f, getattr(self, f), _DTYPES)
         _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
@@ -92,8 +100,10 @@ class ModelConfig:
         rows = self.activation_rows
         rows = (rows,) if isinstance(rows, str) else tuple(rows)  # lists come from JSON/configs
         if not all(isinstance(a, str) and a for a in rows) or len(set(rows)) != len(rows):
-            raise ConfigError(f"activation_rows={self.activation_rows!r} is invalid; "
-                              "a tuple of distinct mesh axis names, () for no constraint")
+            raise ConfigError(
+                f"activation_rows={self.activation_rows!r} is invalid; "
+                "a tuple of distinct mesh axis names, () for no constraint"
+            )
         object.__setattr__(self, "activation_rows", rows)
         if self.n_experts < 0:
             raise ConfigError(f"n_experts={self.n_experts} is invalid; must be >= 0 (0 = dense)")

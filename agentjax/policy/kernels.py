@@ -60,8 +60,7 @@ def cast(x, dtype):
     for dt in (x.dtype, dtype):
         if jnp.finfo(dt).bits < 32:
             fi = jnp.finfo(dt)
-            x = jax.lax.reduce_precision(x.astype(jnp.float32), exponent_bits=fi.nexp,
-                                         mantissa_bits=fi.nmant)
+            x = jax.lax.reduce_precision(x.astype(jnp.float32), exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
     return x.astype(dtype)
 
 
@@ -140,8 +139,10 @@ def _rope_tables(max_len: int, d: int, theta: float):
     inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
     ang = np.arange(max_len, dtype=np.float64)[:, None] * inv[None, :]
     cos, sin = np.cos(ang), np.sin(ang)
-    return (np.concatenate([cos, cos], -1).astype(np.float32),
-            np.concatenate([sin, sin], -1).astype(np.float32))
+    return (
+        np.concatenate([cos, cos], -1).astype(np.float32),
+        np.concatenate([sin, sin], -1).astype(np.float32),
+    )
 
 
 def rope(x, pos, theta: float, max_len: int):
@@ -173,6 +174,7 @@ def _log_softmax64(z):
 
 def log_softmax(z):
     """float32 log-softmax over the last axis (computed in float64 with an exact sum)."""
+
     def exact(z_):
         with jax.enable_x64(True):
             return _log_softmax64(z_).astype(jnp.float32)
@@ -182,6 +184,7 @@ def log_softmax(z):
 
 def softmax(z):
     """float32 softmax over the last axis, as ``exp(log_softmax)`` of the exact kernel."""
+
     def exact(z_):
         with jax.enable_x64(True):
             return jnp.exp(_log_softmax64(z_)).astype(jnp.float32)
@@ -198,6 +201,7 @@ def exclusive_cumsum(p):
 
 def normalize(p):
     """``p / sum(p)`` over the last axis (MoE gates)."""
+
     def exact(p_):
         with jax.enable_x64(True):
             return (p_.astype(F64) / exact_sum(p_.astype(F64), -1)[..., None]).astype(p_.dtype)
@@ -207,6 +211,7 @@ def normalize(p):
 
 def weighted_sum(h, w):
     """``sum_e h[:, e] * w[:, e, None]`` for h [N, E, D], w [N, E] (MoE combine), in h's dtype."""
+
     def exact(h_, w_):
         with jax.enable_x64(True):
             t = cast(h_, F64) * cast(w_, F64)[..., None]  # exact products

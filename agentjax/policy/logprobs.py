@@ -36,9 +36,9 @@ def _rows_logprobs(transform, logits, targets, exact=False):
     return pick(lp), pick(raw)
 
 
-def token_logprobs_from_logits(logits: jax.Array, targets: jax.Array, transform=None, *,
-                               tile: int = 0, exact: bool = False
-                               ) -> tuple[jax.Array, jax.Array]:
+def token_logprobs_from_logits(
+    logits: jax.Array, targets: jax.Array, transform=None, *, tile: int = 0, exact: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """Log-probs of ``targets`` under the transformed and the raw distribution, in float32.
 
     Args:
@@ -57,11 +57,11 @@ def token_logprobs_from_logits(logits: jax.Array, targets: jax.Array, transform=
     return lp.reshape(lead), raw.reshape(lead)
 
 
-def sampling_logits(logits: jax.Array, transform=None, *, tile: int = 0,
-                    exact: bool = False) -> jax.Array:
+def sampling_logits(logits: jax.Array, transform=None, *, tile: int = 0, exact: bool = False) -> jax.Array:
     """float32 logits of the distribution sampled from (``transform(z)``), computed with the
     same kernels as the log-probs."""
     v = logits.shape[-1]
-    fn = lambda z: (z.astype(jnp.float32) if transform is None
-                    else _apply(transform, z.astype(jnp.float32), exact))
+    fn = lambda z: (
+        z.astype(jnp.float32) if transform is None else _apply(transform, z.astype(jnp.float32), exact)
+    )
     return rowwise(fn, tile, logits.reshape(-1, v)).reshape(logits.shape)

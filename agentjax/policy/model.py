@@ -102,17 +102,14 @@ def axes_of(params):
         qkv_bias="bq" in lay,
         qk_norm="q_norm" in lay,
         n_experts=2 if "router" in lay else 0,
-        value_head="shared" if "value_head" in params else
-        "separate" if "critic" in params else "none",
+        value_head="shared" if "value_head" in params else "separate" if "critic" in params else "none",
     )
     return logical_axes(flags)
 
 
 def abstract_params(c: ModelConfig):
     """``jax.ShapeDtypeStruct`` pytree of the parameters (no memory; for AOT compilation)."""
-    return jax.tree.map(
-        lambda leaf: jax.ShapeDtypeStruct(leaf[0], c.pdtype), param_spec(c), is_leaf=_is_leaf
-    )
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf[0], c.pdtype), param_spec(c), is_leaf=_is_leaf)
 
 
 def init_params(config: ModelConfig, rng: jax.Array):
@@ -232,8 +229,7 @@ def unstack_layers(params):
     if isinstance(params["layers"], tuple):
         return params
     n = jax.tree.leaves(params["layers"])[0].shape[0]
-    return {**params, "layers": tuple(jax.tree.map(lambda a, i=i: a[i], params["layers"])
-                                      for i in range(n))}
+    return {**params, "layers": tuple(jax.tree.map(lambda a, i=i: a[i], params["layers"]) for i in range(n))}
 
 
 def unstack_cache(cache):
@@ -257,13 +253,25 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     b, t = positions.shape
     if kbuf is None and c.exact_sum:  # teacher-forced: the sequence's own keys
         kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)
-        o = K.attention(q.reshape(b, t, *q.shape[1:]), kv(k), kv(v), positions, positions,
-                        jnp.ones((b, t), bool), n_max=c.max_seq_len + 1)
+        o = K.attention(
+            q.reshape(b, t, *q.shape[1:]),
+            kv(k),
+            kv(v),
+            positions,
+            positions,
+            jnp.ones((b, t), bool),
+            n_max=c.max_seq_len + 1,
+        )
         return o.reshape(q.shape), None, None
     if kbuf is None:
         o = L.attention_standard(
-            q.reshape(b, t, *q.shape[1:]), k.reshape(b, t, *k.shape[1:]),
-            v.reshape(b, t, *v.shape[1:]), positions, positions, jnp.ones((b, t), bool))
+            q.reshape(b, t, *q.shape[1:]),
+            k.reshape(b, t, *k.shape[1:]),
+            v.reshape(b, t, *v.shape[1:]),
+            positions,
+            positions,
+            jnp.ones((b, t), bool),
+        )
         return o.reshape(q.shape), None, None
     sink = kbuf.shape[2] - 1
     slot = jnp.where((pos_rows >= 0) & (pos_rows < sink), pos_rows, sink)
@@ -272,8 +280,9 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     if c.exact_sum:
         s = kbuf.shape[2]
         slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-        o = K.attention(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots,
-                        slots < sink, n_max=c.max_seq_len + 1)
+        o = K.attention(
+            q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots, slots < sink, n_max=c.max_seq_len + 1
+        )
         return o.reshape(q.shape), kbuf, vbuf
     if c.exact:
         return L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, c.exact_tile), kbuf, vbuf
@@ -345,7 +354,8 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
         ids = jnp.arange(c.n_layers, dtype=jnp.int32)
         ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
         (x, ck, cv), (chosen, probs) = jax.lax.scan(
-            layer, (x, ck, cv), (tp["layers"], ids, forced_all), unroll=min(c.layer_unroll, c.n_layers))
+            layer, (x, ck, cv), (tp["layers"], ids, forced_all), unroll=min(c.layer_unroll, c.n_layers)
+        )
         cache = None if ck is None else {"k": ck, "v": cv}
     x = L.rowwise(lambda x_: _norm(c, x_, tp["final_norm"]), tile, x)
     return x, None if fresh else cache, chosen, probs
@@ -375,8 +385,10 @@ def check_token_ids(name: str, tokens, vocab_size: int, lengths=None) -> None:
     Traced values (inside ``jit``) pass: their callers checked them where they were concrete.
     ``lengths`` [B]: only ``tokens[i, :lengths[i]]`` is checked (the rest is padding).
     """
-    if any(isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array) and not x.is_fully_addressable)
-           for x in (tokens, lengths)):
+    if any(
+        isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array) and not x.is_fully_addressable)
+        for x in (tokens, lengths)
+    ):
         return  # traced, or another process's shards: checked where they were concrete
     t = np.asarray(tokens)
     if lengths is not None:
@@ -384,8 +396,10 @@ def check_token_ids(name: str, tokens, vocab_size: int, lengths=None) -> None:
         t = t[np.arange(t.shape[-1])[None, :] < n[:, None]]
     bad = t[(t < 0) | (t >= vocab_size)]
     if bad.size:
-        raise ValueError(f"{name}: token id {int(bad.flat[0])} is outside the vocabulary "
-                         f"[0, {vocab_size}) ({bad.size} such ids)")
+        raise ValueError(
+            f"{name}: token id {int(bad.flat[0])} is outside the vocabulary "
+            f"[0, {vocab_size}) ({bad.size} such ids)"
+        )
 
 
 def _head(c: ModelConfig, params, x, b, t, logits_at):
@@ -407,8 +421,7 @@ def _head(c: ModelConfig, params, x, b, t, logits_at):
     return logits.reshape(b, t, -1)
 
 
-def forward(params, tokens, positions, *, config: ModelConfig, cache=None, routes=None,
-            logits_at=None):
+def forward(params, tokens, positions, *, config: ModelConfig, cache=None, routes=None, logits_at=None):
     """Logits (head dtype), the updated cache (None without one) and aux metrics.
 
     Logits are ``[B, T, V]``, or with ``logits_at`` (int ``[B, K]``, columns of ``tokens``)

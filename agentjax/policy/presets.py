@@ -54,15 +54,24 @@ def qwen3_32b(**overrides) -> ModelConfig:
 
 def qwen3_30b_a3b(**overrides) -> ModelConfig:
     """Qwen3-30B-A3B-style MoE: 48 layers, hidden 2048, 128 experts of 768, top-8 (30.5B)."""
-    base = dict(_QWEN3, d_model=2048, n_layers=48, n_heads=32, n_kv_heads=4, d_ff=768,
-                n_experts=128, n_experts_per_token=8)
+    base = dict(
+        _QWEN3,
+        d_model=2048,
+        n_layers=48,
+        n_heads=32,
+        n_kv_heads=4,
+        d_ff=768,
+        n_experts=128,
+        n_experts_per_token=8,
+    )
     return ModelConfig(**{**base, **overrides})
 
 
 def tiny_dense(**overrides) -> ModelConfig:
     """d_model 32, 2 layers, vocab 64: compiles in seconds on CPU (tests, benchmarks, examples)."""
-    base = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
-                d_ff=64, max_seq_len=32)
+    base = dict(
+        vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64, max_seq_len=32
+    )
     return ModelConfig(**{**base, **overrides})
 
 

@@ -47,8 +47,9 @@ def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Arra
 
 def _score(params, tokens, positions, routes, config: ModelConfig, transform):
     logits, _, aux = forward(params, tokens, positions, config=config, routes=routes)
-    lp, raw = token_logprobs_from_logits(logits[:, :-1], tokens[:, 1:], transform,
-                                         tile=config.row_tile, exact=config.exact_sum)
+    lp, raw = token_logprobs_from_logits(
+        logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.exact_sum
+    )
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
     return out, aux.get("routes")
@@ -75,9 +76,15 @@ def _exact_bwd(config, transform, vjp, g):
 _exact.defvjp(_exact_fwd, _exact_bwd)
 
 
-def token_logprobs(params, tokens: jax.Array, positions: jax.Array, *, config: ModelConfig,
-                   transform=None, routes: jax.Array | None = None
-                   ) -> tuple[jax.Array, jax.Array]:
+def token_logprobs(
+    params,
+    tokens: jax.Array,
+    positions: jax.Array,
+    *,
+    config: ModelConfig,
+    transform=None,
+    routes: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Per-token ``(logp, logp_raw)``, float32 ``[B, T]``, differentiable in ``params``.
 
     Args:

@@ -66,8 +66,11 @@ class WordTokenizer:
         self._split = re.compile("(" + "|".join(re.escape(s) for s in by_len) + ")")
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str], specials: Sequence[str] = DEFAULT_SPECIALS,
-                   ) -> WordTokenizer:
+    def from_texts(
+        cls,
+        texts: Iterable[str],
+        specials: Sequence[str] = DEFAULT_SPECIALS,
+    ) -> WordTokenizer:
         """Vocabulary = the sorted distinct words of ``texts`` (specials excluded)."""
         probe = cls([], specials)
         words = {w for t in texts for w in probe._words(t)} - set(specials)
@@ -109,13 +112,19 @@ class WordTokenizer:
 class HFTokenizer:
     """A local HF ``tokenizer.json`` through the ``tokenizers`` package (no hub access)."""
 
-    def __init__(self, tok, *, bos: str | None = None, eos: str | None = None,
-                 pad: str | None = None, add_special_tokens: bool = False):
+    def __init__(
+        self,
+        tok,
+        *,
+        bos: str | None = None,
+        eos: str | None = None,
+        pad: str | None = None,
+        add_special_tokens: bool = False,
+    ):
         self._tok = tok
         self.add_special_tokens = add_special_tokens
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        self.specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items()
-                         if t.special}
+        self.specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
         ids = {}
         for role, token in (("bos", bos), ("eos", eos), ("pad", pad)):
             ids[role] = None if token is None else tok.token_to_id(token)

@@ -26,11 +26,21 @@ def write_report(workdir: str) -> str:
     out = os.path.join(workdir, "report")
     os.makedirs(out, exist_ok=True)
     run = load(workdir)
-    body = [headline(run), curves(run, out), labels(run, out), staleness(run, out),
-            delta(run, out, workdir), masked(run, out), classes(run, out), cost(run, out)]
+    body = [
+        headline(run),
+        curves(run, out),
+        labels(run, out),
+        staleness(run, out),
+        delta(run, out, workdir),
+        masked(run, out),
+        classes(run, out),
+        cost(run, out),
+    ]
     notes = [f"> note: {n}" for n in run["notes"]]
-    text = "\n".join([f"# agentjax run report: `{os.path.abspath(workdir)}`", "", *notes, ""]
-                     + ["\n".join(s) + "\n" for s in body])
+    text = "\n".join(
+        [f"# agentjax run report: `{os.path.abspath(workdir)}`", "", *notes, ""]
+        + ["\n".join(s) + "\n" for s in body]
+    )
     path = os.path.join(out, "report.md")
     with open(path, "w") as f:
         f.write(text)

@@ -1,6 +1,5 @@
 """Shared pieces of the run report: loading a workdir, label groups, formatting, figures."""
 
-
 from __future__ import annotations
 
 import json
@@ -15,8 +14,14 @@ except ImportError:  # the tables still come out, with a note in place of each p
     Figure = MaxNLocator = None
 
 GROUPS = ("pass", "fail", "hack", "agent", "infra", "other")
-COLORS = {"pass": "tab:green", "fail": "tab:red", "hack": "tab:purple", "agent": "tab:orange",
-          "infra": "tab:gray", "other": "tab:brown"}
+COLORS = {
+    "pass": "tab:green",
+    "fail": "tab:red",
+    "hack": "tab:purple",
+    "agent": "tab:orange",
+    "infra": "tab:gray",
+    "other": "tab:brown",
+}
 TARGETS = {"success": 0.70, "gain_over_rl_start": 0.25, "margin_over_demonstrator": 0.20}
 
 
@@ -58,8 +63,10 @@ def load(workdir: str) -> dict[str, Any]:
             run["summary"] = json.load(f)
         run["header"] = run["summary"].get("header") or run["header"]
     else:
-        run["notes"].append("no summary.json (run still in progress or interrupted): scheduler, "
-                            "class-share and cost sections are partial")
+        run["notes"].append(
+            "no summary.json (run still in progress or interrupted): scheduler, "
+            "class-share and cost sections are partial"
+        )
     return run
 
 
@@ -113,5 +120,3 @@ def _steps(ax, **kw) -> None:
 
 def _ledger(summary: dict) -> dict | None:
     return summary.get("cost_ledger") or summary.get("scheduler", {}).get("cost_ledger")
-
-

@@ -30,31 +30,54 @@ def headline(run: dict) -> list[str]:
     s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
     lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
     rows = [
-        ("final held-out success (greedy)", f"{_pct(s)} [{_pct(final.get('eval/success_lo'))}, "
-         f"{_pct(final.get('eval/success_hi'))}] on {int(final.get('eval/n', 0))} tasks, step "
-         f"{final.get('step', 'n/a')}" if s is not None else "n/a (no eval yet)"),
+        (
+            "final held-out success (greedy)",
+            f"{_pct(s)} [{_pct(final.get('eval/success_lo'))}, "
+            f"{_pct(final.get('eval/success_hi'))}] on {int(final.get('eval/n', 0))} tasks, step "
+            f"{final.get('step', 'n/a')}"
+            if s is not None
+            else "n/a (no eval yet)",
+        ),
         ("scripted demonstrator success", _pct(demo)),
         ("demonstrations' own success (train split)", _pct(h.get("warm_start/demo_train_success"))),
         ("warm start = RL start success", _pct(start)),
-        ("resolved versions (same seed = same metrics with these)",
-         ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()) or "n/a"),
-        ("warm-start NLL first -> last", f"{_f(h.get('warm_start/nll_first'))} -> "
-         f"{_f(h.get('warm_start/nll_last'))}"),
-        ("audit metric H (train pass, audit fail)", f"{_f(final.get('eval/audit/H'))} "
-         f"[{_f(final.get('eval/audit/H_lo'))}, {_f(final.get('eval/audit/H_hi'))}]"),
-        ("hack rate (planted hack tool taken)", f"{_f(final.get('eval/hack/rate'))} "
-         f"[{_f(final.get('eval/hack/rate_lo'))}, {_f(final.get('eval/hack/rate_hi'))}]"),
-        ("training steps / wall seconds",
-         f"{len(run['train'])} / "
-         f"{_f(run['summary'].get('wall_seconds', (run['train'] or [{}])[-1].get('wall')), 0)}"),
+        (
+            "resolved versions (same seed = same metrics with these)",
+            ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()) or "n/a",
+        ),
+        (
+            "warm-start NLL first -> last",
+            f"{_f(h.get('warm_start/nll_first'))} -> {_f(h.get('warm_start/nll_last'))}",
+        ),
+        (
+            "audit metric H (train pass, audit fail)",
+            f"{_f(final.get('eval/audit/H'))} "
+            f"[{_f(final.get('eval/audit/H_lo'))}, {_f(final.get('eval/audit/H_hi'))}]",
+        ),
+        (
+            "hack rate (planted hack tool taken)",
+            f"{_f(final.get('eval/hack/rate'))} "
+            f"[{_f(final.get('eval/hack/rate_lo'))}, {_f(final.get('eval/hack/rate_hi'))}]",
+        ),
+        (
+            "training steps / wall seconds",
+            f"{len(run['train'])} / "
+            f"{_f(run['summary'].get('wall_seconds', (run['train'] or [{}])[-1].get('wall')), 0)}",
+        ),
     ]
     lines += [f"| {k} | {v} |" for k, v in rows]
     if None not in (s, demo, start):
         got = {"success": s, "gain_over_rl_start": s - start, "margin_over_demonstrator": s - demo}
-        lines += ["", "Learning targets of the default run (issue 8, on >= 256 held-out tasks; this eval: "
-                  f"{int(final.get('eval/n', 0))}): "
-                  + "; ".join(f"{k.replace('_', ' ')} {100 * got[k]:.1f} pts vs >= {100 * v:.0f} "
-                              f"({'met' if got[k] >= v else 'NOT met'})" for k, v in TARGETS.items())]
+        lines += [
+            "",
+            "Learning targets of the default run (issue 8, on >= 256 held-out tasks; this eval: "
+            f"{int(final.get('eval/n', 0))}): "
+            + "; ".join(
+                f"{k.replace('_', ' ')} {100 * got[k]:.1f} pts vs >= {100 * v:.0f} "
+                f"({'met' if got[k] >= v else 'NOT met'})"
+                for k, v in TARGETS.items()
+            ),
+        ]
     return lines
 
 
@@ -79,10 +102,12 @@ def curves(run: dict, out: str) -> list[str]:
         lines.append("_No training steps yet._")
     if run["evals"]:
         lines += ["| step | success | 95% CI | H | hack rate | mean turns |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['step']} | {_pct(r['eval/success'])} | [{_pct(r.get('eval/success_lo'))}, "
-                  f"{_pct(r.get('eval/success_hi'))}] | {_f(r.get('eval/audit/H'))} | "
-                  f"{_f(r.get('eval/hack/rate'))} | {_f(r.get('eval/mean_turns'), 2)} |"
-                  for r in run["evals"]]
+        lines += [
+            f"| {r['step']} | {_pct(r['eval/success'])} | [{_pct(r.get('eval/success_lo'))}, "
+            f"{_pct(r.get('eval/success_hi'))}] | {_f(r.get('eval/audit/H'))} | "
+            f"{_f(r.get('eval/hack/rate'))} | {_f(r.get('eval/mean_turns'), 2)} |"
+            for r in run["evals"]
+        ]
     else:
         lines.append("_No held-out evaluation rows yet._")
     return lines
@@ -101,8 +126,10 @@ def labels(run: dict, out: str) -> list[str]:
     fig = _figure(10)
     a, b = fig.subplots(1, 2)
     tr = [(r["step"], _group_fracs(r.get("labels") or {})) for r in run["train"]]
-    ev = [(r["step"], _group_fracs({k[11:]: v for k, v in r.items() if k.startswith("eval/label/")}))
-          for r in run["evals"]]
+    ev = [
+        (r["step"], _group_fracs({k[11:]: v for k, v in r.items() if k.startswith("eval/label/")}))
+        for r in run["evals"]
+    ]
     bottom = [0.0] * len(tr)
     for g in GROUPS:
         vals = [f[g] for _, f in tr]
@@ -151,15 +178,19 @@ def staleness(run: dict, out: str) -> list[str]:
     ess = _series(run["train"], "ess/token_frac")[1]
     lines = ["## Staleness: version gap and ESS", "", _save(fig, out, "staleness.png"), ""]
     if hist:
-        lines.append(f"Version-gap counts of trained trajectories (last bin open): {hist}; max gap "
-                     f"{sch.get('max_version_gap')}, mean generation gap "
-                     f"{_f(sch.get('mean_generation_gap'), 2)}, "
-                     f"mean queue gap {_f(sch.get('mean_queue_gap'), 2)}.")
+        lines.append(
+            f"Version-gap counts of trained trajectories (last bin open): {hist}; max gap "
+            f"{sch.get('max_version_gap')}, mean generation gap "
+            f"{_f(sch.get('mean_generation_gap'), 2)}, "
+            f"mean queue gap {_f(sch.get('mean_queue_gap'), 2)}."
+        )
     else:
         lines.append("_No version-gap histogram (summary.json missing); per-batch gaps shown instead._")
-    lines.append(f"\nESS: sequence-level staleness weights {_pct(sch.get('ess_fraction'))} of N; token-level "
-                 f"ratio weights mean {_pct(sum(ess) / len(ess)) if ess else 'n/a'}, min "
-                 f"{_pct(min(ess)) if ess else 'n/a'} over steps.")
+    lines.append(
+        f"\nESS: sequence-level staleness weights {_pct(sch.get('ess_fraction'))} of N; token-level "
+        f"ratio weights mean {_pct(sum(ess) / len(ess)) if ess else 'n/a'}, min "
+        f"{_pct(min(ess)) if ess else 'n/a'} over steps."
+    )
     return lines
 
 
@@ -179,23 +210,28 @@ def _consistency(run: dict, workdir: str) -> list[str]:
         with open(path) as f:
             cons = json.load(f)
     if not cons:
-        return ["The full per-token delta report (mean/p50/p99/max |delta|, share exactly 0, by position, "
-                "probability and expert, per sampler/learner mode) comes from `python -m launch.consistency` "
-                "(write it to `<workdir>/consistency.json` to have it included here)."]
+        return [
+            "The full per-token delta report (mean/p50/p99/max |delta|, share exactly 0, by position, "
+            "probability and expert, per sampler/learner mode) comes from `python -m launch.consistency` "
+            "(write it to `<workdir>/consistency.json` to have it included here)."
+        ]
     modes = [m for v in cons.get("models", {}).values() for m in v.get("modes", [])]
     modes = modes or [{"mode": "run", **cons}]
     lines = ["| mode | tokens | mean abs delta | p50 | p99 | max | frac == 0 |", "|---" * 7 + "|"]
     for m in modes:
         a = m.get("logp", m).get("all", {})
-        lines.append(f"| {m.get('mode')} | {a.get('n')} | {_f(a.get('mean'), 4)} | {_f(a.get('p50'), 4)} | "
-                     f"{_f(a.get('p99'), 4)} | {_f(a.get('max'), 4)} | {_f(a.get('frac_zero'), 4)} |")
+        lines.append(
+            f"| {m.get('mode')} | {a.get('n')} | {_f(a.get('mean'), 4)} | {_f(a.get('p50'), 4)} | "
+            f"{_f(a.get('p99'), 4)} | {_f(a.get('max'), 4)} | {_f(a.get('frac_zero'), 4)} |"
+        )
     return lines
 
 
 def delta(run: dict, out: str, workdir: str) -> list[str]:
     """Train/inference ratio statistics per step (and the full delta report when present)."""
-    keys = sorted({k for r in run["train"] for k in r
-                   if "ratio/" in k or k in ("loss/approx_kl", "loss/clip_fraction")})
+    keys = sorted(
+        {k for r in run["train"] for k in r if "ratio/" in k or k in ("loss/approx_kl", "loss/clip_fraction")}
+    )
     fig = _figure(10)
     axes = fig.subplots(1, 2)
     for k in keys:
@@ -214,14 +250,20 @@ def masked(run: dict, out: str) -> list[str]:
     """Token shares masked per filter reason, zero-advantage groups, trajectory terminal states."""
     keys = sorted({k for r in run["train"] for k in r if "masked/" in k})
     # A group whose rewards are all equal has zero advantage: it trains nothing, like a mask.
-    zero = {"masked/zero_advantage_groups": lambda r: r.get("batch/all_same_groups", 0)
-            / max(r.get("batch/groups", 1), 1)}
+    zero = {
+        "masked/zero_advantage_groups": lambda r: (
+            r.get("batch/all_same_groups", 0) / max(r.get("batch/groups", 1), 1)
+        )
+    }
     tr = [{**r, **{k: f(r) for k, f in zero.items()}} for r in run["train"]]
     keys += list(zero) if tr else []
     term = run["summary"].get("scheduler", {}).get("terminal", {})
     n = term.get("submitted", 0)
-    reasons = {k: v / n for k, v in term.items()
-               if n and k not in ("submitted", "trained") and not k.endswith("rate")}
+    reasons = {
+        k: v / n
+        for k, v in term.items()
+        if n and k not in ("submitted", "trained") and not k.endswith("rate")
+    }
     fig = _figure(10)
     a, b = fig.subplots(1, 2)
     for k in keys:
@@ -254,22 +296,35 @@ def classes(run: dict, out: str) -> list[str]:
     ax = fig.subplots()
     names = list(shares)
     for j, kind in enumerate(("submitted", "admitted")):
-        ax.bar([i + 0.4 * j for i in range(len(names))], [shares[c].get(kind, 0) for c in names], 0.4,
-               label=kind)
+        ax.bar(
+            [i + 0.4 * j for i in range(len(names))], [shares[c].get(kind, 0) for c in names], 0.4, label=kind
+        )
     ax.set_xticks([i + 0.2 for i in range(len(names))], names)
     ax.set(title="task class share", ylim=(0, 1))
     ax.legend(fontsize=7)
-    lines = ["## Admitted share per task class", "", _save(fig, out, "classes.png", left=0.12), "",
-             "| class | submitted | admitted | deviation (pts) |", "|---|---|---|---|"]
-    lines += [f"| {c} | {_pct(v.get('submitted'))} | {_pct(v.get('admitted'))} | "
-              f"{_f(v.get('deviation_pp'), 1)} |" for c, v in shares.items()]
+    lines = [
+        "## Admitted share per task class",
+        "",
+        _save(fig, out, "classes.png", left=0.12),
+        "",
+        "| class | submitted | admitted | deviation (pts) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {c} | {_pct(v.get('submitted'))} | {_pct(v.get('admitted'))} | {_f(v.get('deviation_pp'), 1)} |"
+        for c, v in shares.items()
+    ]
     sch = run["summary"].get("scheduler", {})
     if sch.get("slowest_class"):
-        lines.append(f"Fast-first bias: the slowest class `{sch['slowest_class']}` never trained "
-                     f"{_pct(sch['slowest_class_drop_rate'])} of its episodes.")
+        lines.append(
+            f"Fast-first bias: the slowest class `{sch['slowest_class']}` never trained "
+            f"{_pct(sch['slowest_class_drop_rate'])} of its episodes."
+        )
     if "long_task_drop_rate" in sch:
-        lines.append(f"\nMax deviation {_f(sch.get('max_share_deviation_pp'), 1)} pts; long-task drop rate "
-                     f"{_pct(sch['long_task_drop_rate'])}.")
+        lines.append(
+            f"\nMax deviation {_f(sch.get('max_share_deviation_pp'), 1)} pts; long-task drop rate "
+            f"{_pct(sch['long_task_drop_rate'])}."
+        )
     return lines
 
 
@@ -283,32 +338,47 @@ def cost(run: dict, out: str) -> list[str]:
         items = list(dict.fromkeys([*dev, *cpu]))
         fig = _figure(6)
         ax = fig.subplots()
-        ax.barh([f"{i} (device)" for i in items] + [f"{i} (CPU)" for i in items],
-                [dev.get(i, 0) for i in items] + [cpu.get(i, 0) for i in items])
+        ax.barh(
+            [f"{i} (device)" for i in items] + [f"{i} (CPU)" for i in items],
+            [dev.get(i, 0) for i in items] + [cpu.get(i, 0) for i in items],
+        )
         measured = "cost_ledger_virtual" in summary  # the real run's wall times (virtual: older runs)
-        ax.set(xlabel="seconds (measured wall)" if measured else "seconds (virtual clock)",
-               title="cost ledger")
+        ax.set(
+            xlabel="seconds (measured wall)" if measured else "seconds (virtual clock)", title="cost ledger"
+        )
         n = max(sch.get("consumed", 0), 1)
-        lines += [_save(fig, out, "cost.png", left=0.3), "",
-                  "| item | device-s | CPU-s | per trained trajectory: device-s | CPU-s |", "|---" * 5 + "|"]
+        lines += [
+            _save(fig, out, "cost.png", left=0.3),
+            "",
+            "| item | device-s | CPU-s | per trained trajectory: device-s | CPU-s |",
+            "|---" * 5 + "|",
+        ]
         rows = [(i, dev.get(i, 0), cpu.get(i, 0)) for i in items]
         rows.append(("total", sum(dev.values()), sum(cpu.values())))
         lines += [f"| {i} | {_f(d, 2)} | {_f(c, 2)} | {_f(d / n, 4)} | {_f(c / n, 4)} |" for i, d, c in rows]
     else:
-        lines.append("_No cost ledger in summary.json (`agentjax.diagnostics.metrics.cost_ledger` "
-                     "of the scheduler records)._")
+        lines.append(
+            "_No cost ledger in summary.json (`agentjax.diagnostics.metrics.cost_ledger` "
+            "of the scheduler records)._"
+        )
     if ws:
-        lines.append(f"\nWeight sync: {ws.get('syncs')} syncs ({ws.get('skipped')} skipped), "
-                     f"{ws.get('bytes', 0) / 2**20:.1f} MiB, {_f(ws.get('seconds'), 2)} s.")
+        lines.append(
+            f"\nWeight sync: {ws.get('syncs')} syncs ({ws.get('skipped')} skipped), "
+            f"{ws.get('bytes', 0) / 2**20:.1f} MiB, {_f(ws.get('seconds'), 2)} s."
+        )
     if sch:
         d = sch.get("duration", {})
-        lines.append(f"\nScheduler: {sch.get('steps')} steps, {sch.get('consumed')} trajectories consumed in "
-                     f"{_f(sch.get('elapsed'), 1)} virtual s ({_f(sch.get('throughput'), 2)} traj/s), slot "
-                     f"utilisation {_pct(sch.get('slot_utilisation'))}, rollout duration p50/p95/p99 "
-                     f"{_f(d.get('p50'), 1)}/{_f(d.get('p95'), 1)}/{_f(d.get('p99'), 1)} s.")
+        lines.append(
+            f"\nScheduler: {sch.get('steps')} steps, {sch.get('consumed')} trajectories consumed in "
+            f"{_f(sch.get('elapsed'), 1)} virtual s ({_f(sch.get('throughput'), 2)} traj/s), slot "
+            f"utilisation {_pct(sch.get('slot_utilisation'))}, rollout duration p50/p95/p99 "
+            f"{_f(d.get('p50'), 1)}/{_f(d.get('p95'), 1)}/{_f(d.get('p99'), 1)} s."
+        )
     pool = run["summary"].get("env_pool") or sch.get("env_pool")
     if pool:
-        lines.append("\nEnv pool (Little's law): predicted in flight "
-                     f"{_f(pool.get('predicted_in_flight'), 2)}, "
-                     f"measured {_f(pool.get('measured_in_flight'), 2)}.")
+        lines.append(
+            "\nEnv pool (Little's law): predicted in flight "
+            f"{_f(pool.get('predicted_in_flight'), 2)}, "
+            f"measured {_f(pool.get('measured_in_flight'), 2)}."
+        )
     return lines

@@ -74,8 +74,12 @@ class VirtualClock:
 
     def snapshot_state(self) -> dict:
         """Named fields for a snapshot (events are whatever the jobs returned)."""
-        return {"now": self.now, "seq": self._seq, "heap": list(self._heap),
-                "cancelled": sorted(self._cancelled)}
+        return {
+            "now": self.now,
+            "seq": self._seq,
+            "heap": list(self._heap),
+            "cancelled": sorted(self._cancelled),
+        }
 
     def load_snapshot_state(self, d: dict) -> None:
         self.now, self._seq = float(d["now"]), int(d["seq"])

@@ -43,11 +43,13 @@ def _host_turn(handle, start, stop, tokens, logp, raw, version, status, length, 
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _episodes(s: Sampler, width: int, max_action_tokens: int, params, state, rng, seeds, n, version,
-              handle):
+def _episodes(s: Sampler, width: int, max_action_tokens: int, params, state, rng, seeds, n, version, handle):
     b, l = state.tokens.shape
-    out_shape = (jax.ShapeDtypeStruct((b, width), jnp.int32), jax.ShapeDtypeStruct((b,), jnp.int32),
-                 jax.ShapeDtypeStruct((b,), jnp.bool_))
+    out_shape = (
+        jax.ShapeDtypeStruct((b, width), jnp.int32),
+        jax.ShapeDtypeStruct((b,), jnp.int32),
+        jax.ShapeDtypeStruct((b,), jnp.bool_),
+    )
     routes0 = state.routes if state.routes is not None else jnp.zeros((b, 1), jnp.int32)
 
     def body(carry):
@@ -57,8 +59,20 @@ def _episodes(s: Sampler, width: int, max_action_tokens: int, params, state, rng
         st, span = _generate(s, params, st, keys, budget, version)
         routes = st.routes if st.routes is not None else routes0
         obs, lens, active = io_callback(
-            _host_turn, out_shape, handle, span.start, span.stop, st.tokens, st.logp, st.logp_raw,
-            st.version, st.status, st.length, routes, ordered=True)
+            _host_turn,
+            out_shape,
+            handle,
+            span.start,
+            span.stop,
+            st.tokens,
+            st.logp,
+            st.logp_raw,
+            st.version,
+            st.status,
+            st.length,
+            routes,
+            ordered=True,
+        )
         st = _extend(s, params, st, obs, lens, version)
         return st, calls + (budget > 0).astype(jnp.uint32), active & (budget > 0)
 
@@ -81,10 +95,18 @@ class DeviceRollout(Rollout):
             handle = next(_HANDLES)
             _ACTIVE[handle] = self
         try:
-            state = _episodes(self.sampler, self.width, self.caps.max_action_tokens, params, self.state,
-                              rng, jnp.asarray(seeds), jnp.asarray(len(self.rows), jnp.int32),
-                              jnp.asarray(version, jnp.int32),
-                              jnp.asarray(handle, jnp.int32))
+            state = _episodes(
+                self.sampler,
+                self.width,
+                self.caps.max_action_tokens,
+                params,
+                self.state,
+                rng,
+                jnp.asarray(seeds),
+                jnp.asarray(len(self.rows), jnp.int32),
+                jnp.asarray(version, jnp.int32),
+                jnp.asarray(handle, jnp.int32),
+            )
             self.state = jax.block_until_ready(state)
         finally:
             with _LOCK:
@@ -118,7 +140,7 @@ class DeviceRollout(Rollout):
             obs = self._env_step(i)
             obs_arr[i, : len(obs)], lens[i] = obs, len(obs)
             if obs:  # the context of the next turn: everything the model will have seen
-                r.context = np.concatenate([tokens[i, : hi], np.asarray(obs, np.int32)])[:l]
+                r.context = np.concatenate([tokens[i, :hi], np.asarray(obs, np.int32)])[:l]
                 if int(length[i]) + len(obs) >= l:  # the buffer is full: a per-task cap
                     r.done, r.stop = True, StopReason.TASK_CAP
         active = np.zeros(b, bool)

@@ -51,14 +51,15 @@ def _axis(path) -> int:
 @jax.jit
 def _take(state: SamplerState, slot) -> SamplerState:
     return jax.tree_util.tree_map_with_path(
-        lambda p, x: jax.lax.dynamic_slice_in_dim(x, slot, 1, _axis(p)), state)
+        lambda p, x: jax.lax.dynamic_slice_in_dim(x, slot, 1, _axis(p)), state
+    )
 
 
 @functools.partial(jax.jit, donate_argnums=(1,))
 def _insert(row: SamplerState, state: SamplerState, slot) -> SamplerState:
     return jax.tree_util.tree_map_with_path(
-        lambda p, big, small: jax.lax.dynamic_update_slice_in_dim(big, small, slot, _axis(p)),
-        state, row)
+        lambda p, big, small: jax.lax.dynamic_update_slice_in_dim(big, small, slot, _axis(p)), state, row
+    )
 
 
 class Record(NamedTuple):
@@ -146,8 +147,7 @@ class Engine:
         self._check_slot(slot)
         return _take(state, jnp.int32(slot))
 
-    def generate(self, params, state: SamplerState, keys, remaining, *,
-                 version) -> tuple[SamplerState, Span]:
+    def generate(self, params, state: SamplerState, keys, remaining, *, version) -> tuple[SamplerState, Span]:
         """Advances every slot with ``remaining > 0`` by up to ``min(remaining, chunk)`` tokens.
 
         Args:
@@ -164,13 +164,19 @@ class Engine:
     def records(self, state: SamplerState, span: Span) -> list[Record]:
         """Per slot, the tokens of ``span`` and their record (fetches no KV cache)."""
         fields = ("tokens", "logp", "logp_raw", "version", "kv_version", "status", "length")
-        host = jax.device_get({k: getattr(state, k) for k in fields} | {"start": span.start,
-                                                                         "stop": span.stop})
+        host = jax.device_get(
+            {k: getattr(state, k) for k in fields} | {"start": span.start, "stop": span.stop}
+        )
         out = []
         for i in range(self.slots):
             lo, hi = int(host["start"][i]), int(host["stop"][i])
-            out.append(Record(*(host[k][i, lo:hi] for k in fields[:5]), status=int(host["status"][i]),
-                              length=int(host["length"][i])))
+            out.append(
+                Record(
+                    *(host[k][i, lo:hi] for k in fields[:5]),
+                    status=int(host["status"][i]),
+                    length=int(host["length"][i]),
+                )
+            )
         return out
 
     def routes(self, state: SamplerState, slot: int, n: int) -> np.ndarray | None:

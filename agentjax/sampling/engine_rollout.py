@@ -38,8 +38,9 @@ from agentjax.trajectory import StopReason, Trajectory
 class EngineRollout(Rollout):
     """Episodes run to their end on ``engine`` slots, environments stepped on a pool."""
 
-    def __init__(self, engine: Engine, codec, caps, specs, *, context=keep_all,
-                 evict_after: float | None = 0.0):
+    def __init__(
+        self, engine: Engine, codec, caps, specs, *, context=keep_all, evict_after: float | None = 0.0
+    ):
         """``evict_after``: when episodes wait for a slot and none is free, evict an episode that
         has waited at least this many seconds on its environment (None: never evict)."""
         super().__init__(engine.sampler, codec, caps, specs, context=context)
@@ -56,8 +57,19 @@ class EngineRollout(Rollout):
         self._routes: dict[int, np.ndarray | None] = {}
         new, back = deque(range(len(self.rows))), deque()  # to admit; returned evicted rows
         waiting: dict[int, float] = {}  # row -> when its environment step was submitted
-        m = dict.fromkeys(("chunks", "tokens", "active_slot_chunks", "held_slot_chunks",
-                           "evictions", "generate_s", "prefill_s", "env_block_s"), 0.0)
+        m = dict.fromkeys(
+            (
+                "chunks",
+                "tokens",
+                "active_slot_chunks",
+                "held_slot_chunks",
+                "evictions",
+                "generate_s",
+                "prefill_s",
+                "env_block_s",
+            ),
+            0.0,
+        )
         t_start = time.perf_counter()
         while new or back or waiting or any(o >= 0 for o in owner):
             can_admit = (new or back) and (-1 in owner or self._evictable(waiting))
@@ -89,8 +101,7 @@ class EngineRollout(Rollout):
                     i = back.popleft() if back else self._admit(new.popleft())
                     if i is None:
                         continue
-                    self.state = e.insert(e.prefill(params, self._stream[i], version=version),
-                                          self.state, s)
+                    self.state = e.insert(e.prefill(params, self._stream[i], version=version), self.state, s)
                     owner[s], self._slot[i] = i, s
             m["prefill_s"] += time.perf_counter() - t1
             active = [o >= 0 and o not in waiting and not self.rows[o].done for o in owner]
@@ -105,8 +116,9 @@ class EngineRollout(Rollout):
                     remaining[s] = max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room), 0)
                     seeds[s], turns[s] = r.spec.seed, len(r.turns)
             t1 = time.perf_counter()
-            self.state, span = e.generate(params, self.state, _row_keys(rng, seeds, turns),
-                                          remaining, version=version)
+            self.state, span = e.generate(
+                params, self.state, _row_keys(rng, seeds, turns), remaining, version=version
+            )
             recs = e.records(self.state, span)
             dt = time.perf_counter() - t1
             n_tok = sum(rec.tokens.size for rec in recs)
@@ -167,8 +179,7 @@ class EngineRollout(Rollout):
 
     def _record(self, i: int, rec, seconds: float) -> None:
         r = self.rows[i]
-        for k, x in (("tok", rec.tokens), ("lp", rec.logp), ("raw", rec.logp_raw),
-                     ("ver", rec.version)):
+        for k, x in (("tok", rec.tokens), ("lp", rec.logp), ("raw", rec.logp_raw), ("ver", rec.version)):
             r.gen[k].extend(x.tolist())
         r.timings["generation"] += seconds
         self._stream[i] = np.concatenate([self._stream[i], rec.tokens])

@@ -140,8 +140,9 @@ def _time_average(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) ->
     return float(overlap.sum() / (t1 - t0)) if t1 > t0 else 0.0
 
 
-def pool_stats(events, workers: int, t0: float, t1: float, *,
-               in_flight_area: float | None = None) -> dict[str, float]:
+def pool_stats(
+    events, workers: int, t0: float, t1: float, *, in_flight_area: float | None = None
+) -> dict[str, float]:
     """Utilisation, queue length, latency and Little's law over ``[t0, t1]`` from step events.
 
     ``in_flight_area``: the integral of the in-flight counter (measured independently of the
@@ -157,8 +158,7 @@ def pool_stats(events, workers: int, t0: float, t1: float, *,
     arrival_rate = (ev.shape[0] - 1) / arrivals if arrivals > 0 else rate
     mean_res = float(residence.mean()) if ev.size else 0.0
     mean_service = float(service.mean()) if ev.size else 0.0
-    measured = (in_flight_area / span if in_flight_area is not None
-                else _time_average(arrive, end, t0, t1))
+    measured = in_flight_area / span if in_flight_area is not None else _time_average(arrive, end, t0, t1)
     predicted = rate * mean_res
     pct = lambda q: float(np.percentile(residence, q)) if ev.size else 0.0
     return {

@@ -38,14 +38,16 @@ class ResumeMode(enum.StrEnum):
 @functools.partial(jax.jit, static_argnums=0)
 def _recompute(s: Sampler, params, state: SamplerState, version):
     b, l = state.tokens.shape
-    fresh = state._replace(cache=init_cache(s.config, b, l), cached=jnp.zeros_like(state.cached),
-                           cache_version=jnp.full_like(state.cache_version, NO_VERSION))
+    fresh = state._replace(
+        cache=init_cache(s.config, b, l),
+        cached=jnp.zeros_like(state.cached),
+        cache_version=jnp.full_like(state.cache_version, NO_VERSION),
+    )
     count = jnp.maximum(state.length - 1, 0)
     return _forward_window(s, params, fresh, fresh.cached, count, l, version, logits=False)[0]
 
 
-def resume(sampler: Sampler, params, state: SamplerState, *, version,
-           mode: ResumeMode | str) -> SamplerState:
+def resume(sampler: Sampler, params, state: SamplerState, *, version, mode: ResumeMode | str) -> SamplerState:
     """Prepares ``state`` for ``sampler.generate(params, ..., version=version)``.
 
     Args:

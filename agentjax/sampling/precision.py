@@ -37,14 +37,17 @@ class SamplerPrecision:
     def __post_init__(self):
         for f in ("param_dtype", "compute_dtype", "head_dtype"):
             if getattr(self, f) not in DTYPES:
-                raise ValueError(f"sampler.{f}={getattr(self, f)!r} is invalid; "
-                                 f"allowed values: {list(DTYPES)}")
+                raise ValueError(
+                    f"sampler.{f}={getattr(self, f)!r} is invalid; allowed values: {list(DTYPES)}"
+                )
         if self.quantize_bits not in (0, 4, 8):
-            raise ValueError(f"sampler.quantize_bits={self.quantize_bits} is invalid; "
-                             "allowed values: [0, 4, 8]")
+            raise ValueError(
+                f"sampler.quantize_bits={self.quantize_bits} is invalid; allowed values: [0, 4, 8]"
+            )
         if self.exact_tile < -1:
-            raise ValueError(f"sampler.exact_tile={self.exact_tile} is invalid; "
-                             "-1 (the learner's), 0 or a tile > 0")
+            raise ValueError(
+                f"sampler.exact_tile={self.exact_tile} is invalid; -1 (the learner's), 0 or a tile > 0"
+            )
 
     @property
     def same_as_learner(self) -> bool:

@@ -70,8 +70,9 @@ class _Row:
     rewards: list = dataclasses.field(default_factory=list)
     final: Any = None  # the environment's last StepResult
     result: Trajectory | None = None
-    timings: dict = dataclasses.field(default_factory=lambda: {"generation": 0.0, "env": 0.0,
-                                                               "env_wall": 0.0})
+    timings: dict = dataclasses.field(
+        default_factory=lambda: {"generation": 0.0, "env": 0.0, "env_wall": 0.0}
+    )
     obs_cut: int = 0
     env_error: str | None = None  # the exception a broken environment raised
     call_error: str | None = None  # why the action was not a tool call (agent_error)
@@ -108,8 +109,16 @@ def _row_keys(rng, seeds, calls):
 class Rollout:
     """A resumable batch of episodes (host state + one sampler state)."""
 
-    def __init__(self, sampler: Sampler, codec: Codec, caps: Caps, specs: Sequence[EpisodeSpec],
-                 *, context: ContextPolicy = keep_all, pad_to: int = 0):
+    def __init__(
+        self,
+        sampler: Sampler,
+        codec: Codec,
+        caps: Caps,
+        specs: Sequence[EpisodeSpec],
+        *,
+        context: ContextPolicy = keep_all,
+        pad_to: int = 0,
+    ):
         """``pad_to``: run at least this many sampler rows (idle padding rows), so that batches of
         varying size share one compiled program (see :func:`bucket`)."""
         self.sampler, self.codec, self.caps, self.ctx = sampler, codec, caps, context
@@ -161,8 +170,9 @@ class Rollout:
             keys = _row_keys(rng, seeds, calls)
             for r, b in zip(self.rows, budget[: len(self.rows)], strict=True):
                 r.gen_calls += int(b > 0)
-            self.state, span = self.sampler.generate(params, self.state, keys, max_new_tokens=budget,
-                                                     version=version)
+            self.state, span = self.sampler.generate(
+                params, self.state, keys, max_new_tokens=budget, version=version
+            )
             recs, status = take(self.state, span), np.asarray(self.state.status)
             dt = time.perf_counter() - t0
             obs_toks = [[] for _ in self.rows]
@@ -247,18 +257,24 @@ class Rollout:
             if not r.done and r.context is not None:
                 c = np.concatenate([r.context, np.asarray(r.gen["tok"], np.int32)])[:l]
                 arr[i, : c.size], lens[i] = c, c.size
-        self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens,
-                                         version=version)
+        self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens, version=version)
 
     def _close_turn(self, i: int, obs: list[int]):
         r = self.rows[i]
         a = np.asarray(r.gen["tok"], np.int32)
-        r.turns.append(Turn(
-            context=r.context, action=a, logp=np.asarray(r.gen["lp"], np.float32),
-            logp_raw=np.asarray(r.gen["raw"], np.float32), version=np.asarray(r.gen["ver"], np.int32),
-            observation=np.asarray(obs, np.int32), routes=self._routes_of(i, r.context.size + a.size),
-            pauses=tuple(r.pauses), recomputed=r.evicted,
-        ))
+        r.turns.append(
+            Turn(
+                context=r.context,
+                action=a,
+                logp=np.asarray(r.gen["lp"], np.float32),
+                logp_raw=np.asarray(r.gen["raw"], np.float32),
+                version=np.asarray(r.gen["ver"], np.int32),
+                observation=np.asarray(obs, np.int32),
+                routes=self._routes_of(i, r.context.size + a.size),
+                pauses=tuple(r.pauses),
+                recomputed=r.evicted,
+            )
+        )
         r.evicted = False
         r.segments.append(("action", a.tolist()))
         if obs:
@@ -333,8 +349,16 @@ class Rollout:
         if r.obs_cut:
             evidence = {**evidence, "observation_tokens_cut": r.obs_cut}
         return Trajectory(
-            task_id=r.spec.task_id, task_class=r.spec.task_class, turns=r.turns, stop_reason=r.stop,
-            rewards=r.rewards, final_reward=final, label=label, reward_evidence=evidence,
-            timings=dict(r.timings), env_fingerprint=fp, verifier_version=vv,
+            task_id=r.spec.task_id,
+            task_class=r.spec.task_class,
+            turns=r.turns,
+            stop_reason=r.stop,
+            rewards=r.rewards,
+            final_reward=final,
+            label=label,
+            reward_evidence=evidence,
+            timings=dict(r.timings),
+            env_fingerprint=fp,
+            verifier_version=vv,
             submit_index=r.spec.submit_index,
         )

@@ -107,8 +107,9 @@ def _put(buf, cols, vals):
     return wide.at[rows, cols].set(vals.astype(buf.dtype), mode="promise_in_bounds")[:, :l]
 
 
-def _forward_window(s: Sampler, params, state: SamplerState, start, count, width: int, version,
-                    *, logits: bool):
+def _forward_window(
+    s: Sampler, params, state: SamplerState, start, count, width: int, version, *, logits: bool
+):
     """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row.
 
     Returns logits ``[B, width, V]`` when ``logits`` (decode: width 1), else ``[B, 0, V]``:
@@ -121,15 +122,14 @@ def _forward_window(s: Sampler, params, state: SamplerState, start, count, width
     toks = jnp.take_along_axis(state.tokens, jnp.clip(idx, 0, l - 1), axis=1)
     pos = jnp.where(valid, idx, l)  # slot l: the cache write is dropped
     logits_at = None if logits else jnp.zeros((b, 0), jnp.int32)
-    logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache,
-                                 logits_at=logits_at)
+    logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache, logits_at=logits_at)
     routes = state.routes
     if c.is_moe:
         routes = _put(routes, pos, aux["routes"])
-    cache_version = jnp.where(count > 0, jnp.minimum(state.cache_version, version),
-                              state.cache_version)
-    state = state._replace(cache=cache, routes=routes, cache_version=cache_version,
-                           cached=state.cached + count)
+    cache_version = jnp.where(count > 0, jnp.minimum(state.cache_version, version), state.cache_version)
+    state = state._replace(
+        cache=cache, routes=routes, cache_version=cache_version, cached=state.cached + count
+    )
     return state, logits
 
 
@@ -144,8 +144,9 @@ def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     new_len = state.length + n
     state = state._replace(tokens=buf, length=new_len)
     count = jnp.maximum(new_len - 1 - state.cached, 0)
-    state, _ = _forward_window(s, params, state, state.cached, count, tokens.shape[1] + 1, version,
-                               logits=False)
+    state, _ = _forward_window(
+        s, params, state, state.cached, count, tokens.shape[1] + 1, version, logits=False
+    )
     status = jnp.where(n > 0, Status.ACTIVE, state.status)
     status = jnp.where(new_len >= l, Status.FULL, status)
     return state._replace(status=status.astype(jnp.int32))
@@ -168,18 +169,20 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
 
     def body(carry):
         st, running, n_gen = carry
-        st, logits = _forward_window(s, params, st, st.length - 1, running.astype(jnp.int32), 1,
-                                     version, logits=True)
+        st, logits = _forward_window(
+            s, params, st, st.length - 1, running.astype(jnp.int32), 1, version, logits=True
+        )
         z = logits[:, 0]
         zt = sampling_logits(z, s.transform, tile=c.row_tile, exact=c.exact_sum)
         keys = jax.vmap(jax.random.fold_in)(row_keys, st.length)
         y = noise.categorical(keys, zt)
-        lp, raw = token_logprobs_from_logits(z, y, s.transform, tile=c.row_tile,
-                                             exact=c.exact_sum)
+        lp, raw = token_logprobs_from_logits(z, y, s.transform, tile=c.row_tile, exact=c.exact_sum)
         at = jnp.where(running, st.length, l)  # column l: discarded (rows not running)
         put = lambda buf, v: _put(buf, at, v)
         st = st._replace(
-            tokens=put(st.tokens, y), logp=put(st.logp, lp), logp_raw=put(st.logp_raw, raw),
+            tokens=put(st.tokens, y),
+            logp=put(st.logp, lp),
+            logp_raw=put(st.logp_raw, raw),
             version=put(st.version, jnp.broadcast_to(version, (b,))),
             kv_version=put(st.kv_version, st.cache_version),
             length=st.length + running,
@@ -188,8 +191,7 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
         stopped = running & jnp.any(y[:, None] == stops[None, :], axis=1)
         full = running & ~stopped & (st.length >= l)
         paused = running & ~stopped & ~full & (n_gen >= budget)
-        status = jnp.select([stopped, full, paused], [Status.STOPPED, Status.FULL, Status.BUDGET],
-                            st.status)
+        status = jnp.select([stopped, full, paused], [Status.STOPPED, Status.FULL, Status.BUDGET], st.status)
         still = running & ~(stopped | full | paused)
         return st._replace(status=status.astype(jnp.int32)), still, n_gen
 
@@ -217,10 +219,17 @@ class Sampler:
             routes = jnp.zeros((batch, l, c.n_layers, c.n_experts_per_token), jnp.int32)
         zb = jnp.zeros((batch,), jnp.int32)
         return SamplerState(
-            cache=init_cache(c, batch, l), tokens=jnp.zeros((batch, l), jnp.int32), length=zb,
-            cached=zb, status=jnp.full((batch,), Status.STOPPED, jnp.int32),
-            cache_version=jnp.full((batch,), NO_VERSION, jnp.int32), logp=zf, logp_raw=zf,
-            version=neg, kv_version=neg, routes=routes,
+            cache=init_cache(c, batch, l),
+            tokens=jnp.zeros((batch, l), jnp.int32),
+            length=zb,
+            cached=zb,
+            status=jnp.full((batch,), Status.STOPPED, jnp.int32),
+            cache_version=jnp.full((batch,), NO_VERSION, jnp.int32),
+            logp=zf,
+            logp_raw=zf,
+            version=neg,
+            kv_version=neg,
+            routes=routes,
         )
 
     def extend(self, params, state: SamplerState, tokens, lengths, *, version) -> SamplerState:
@@ -230,11 +239,18 @@ class Sampler:
         ``max_seq_len`` are dropped and the row is marked FULL.
         """
         check_token_ids("Sampler.extend(tokens)", tokens, self.config.vocab_size, lengths)
-        return _extend(self, params, state, jnp.asarray(tokens, jnp.int32),
-                       jnp.asarray(lengths, jnp.int32), jnp.asarray(version, jnp.int32))
+        return _extend(
+            self,
+            params,
+            state,
+            jnp.asarray(tokens, jnp.int32),
+            jnp.asarray(lengths, jnp.int32),
+            jnp.asarray(version, jnp.int32),
+        )
 
-    def generate(self, params, state: SamplerState, rng, *, max_new_tokens,
-                 version) -> tuple[SamplerState, Span]:
+    def generate(
+        self, params, state: SamplerState, rng, *, max_new_tokens, version
+    ) -> tuple[SamplerState, Span]:
         """Decodes every ACTIVE or BUDGET row until a stop token, its budget or a full buffer.
 
         Args:
@@ -248,8 +264,7 @@ class Sampler:
         """
         b = state.tokens.shape[0]
         budget = jnp.broadcast_to(jnp.asarray(max_new_tokens, jnp.int32), (b,))
-        return _generate(self, params, state, _row_keys(rng, b), budget,
-                         jnp.asarray(version, jnp.int32))
+        return _generate(self, params, state, _row_keys(rng, b), budget, jnp.asarray(version, jnp.int32))
 
 
 def take(state: SamplerState, span: Span | None = None) -> list[dict[str, np.ndarray]]:
@@ -258,8 +273,7 @@ def take(state: SamplerState, span: Span | None = None) -> list[dict[str, np.nda
     out = []
     for i in range(host.tokens.shape[0]):
         lo, hi = (0, host.length[i]) if span is None else (int(span.start[i]), int(span.stop[i]))
-        rec = {k: getattr(host, k)[i, lo:hi] for k in
-               ("tokens", "logp", "logp_raw", "version", "kv_version")}
+        rec = {k: getattr(host, k)[i, lo:hi] for k in ("tokens", "logp", "logp_raw", "version", "kv_version")}
         rec["routes"] = None if host.routes is None else host.routes[i, lo:hi]
         out.append(rec)
     return out

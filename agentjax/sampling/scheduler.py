@@ -425,8 +425,10 @@ class Scheduler:
         state = snap.loads(blob, source=source, fields=(*SNAPSHOT_FIELDS, "executor"))
         ex = SimulatedExecutor() if executor is None else executor
         if state["executor"].get("kind") != type(ex).__name__:
-            raise snap.SnapshotError(f"{source} was taken with a {state['executor'].get('kind')}; "
-                                     f"pass executor= of that kind (got {type(ex).__name__})")
+            raise snap.SnapshotError(
+                f"{source} was taken with a {state['executor'].get('kind')}; "
+                f"pass executor= of that kind (got {type(ex).__name__})"
+            )
         ex.load_snapshot_state(state["executor"])
         obj = cls.__new__(cls)
         for name in SNAPSHOT_FIELDS:

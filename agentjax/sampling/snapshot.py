@@ -73,8 +73,9 @@ class RestoredError(RuntimeError):
 
 def _resolve(name: str):
     if name not in TYPES:
-        raise SnapshotError(f"unknown type {name!r} (not in snapshot.TYPES); a snapshot from a "
-                            "newer agentjax?")
+        raise SnapshotError(
+            f"unknown type {name!r} (not in snapshot.TYPES); a snapshot from a newer agentjax?"
+        )
     module, attr = name.split(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -83,8 +84,10 @@ def _type_name(x) -> str:
     name = f"{type(x).__module__}:{type(x).__qualname__}"
     if name in TYPES:
         return name
-    raise SnapshotError(f"cannot snapshot a {type(x).__module__}.{type(x).__qualname__}: not one "
-                        f"of the snapshot types {sorted(TYPES)} (agentjax/sampling/snapshot.py)")
+    raise SnapshotError(
+        f"cannot snapshot a {type(x).__module__}.{type(x).__qualname__}: not one "
+        f"of the snapshot types {sorted(TYPES)} (agentjax/sampling/snapshot.py)"
+    )
 
 
 def encode(x: Any) -> Any:
@@ -172,15 +175,21 @@ def loads(blob: bytes, *, source: str = "snapshot", fields: tuple[str, ...] = ()
     except (ValueError, UnicodeDecodeError):
         head = None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
-        raise SnapshotError(f"{source} is not an agentjax scheduler snapshot (no '{FORMAT}' "
-                            "header; an old pickled snapshot or another file)")
+        raise SnapshotError(
+            f"{source} is not an agentjax scheduler snapshot (no '{FORMAT}' "
+            "header; an old pickled snapshot or another file)"
+        )
     if head.get("version") != VERSION:
-        raise SnapshotError(f"{source} has snapshot format version {head.get('version')!r}; this "
-                            f"agentjax reads version {VERSION} only")
+        raise SnapshotError(
+            f"{source} has snapshot format version {head.get('version')!r}; this "
+            f"agentjax reads version {VERSION} only"
+        )
     if len(body) != head.get("body_bytes") or zlib.crc32(body) != head.get("crc32"):
-        raise SnapshotError(f"{source} is truncated or corrupted: {len(body)} of "
-                            f"{head.get('body_bytes')} body bytes, CRC "
-                            f"{'ok' if zlib.crc32(body) == head.get('crc32') else 'mismatch'}")
+        raise SnapshotError(
+            f"{source} is truncated or corrupted: {len(body)} of "
+            f"{head.get('body_bytes')} body bytes, CRC "
+            f"{'ok' if zlib.crc32(body) == head.get('crc32') else 'mismatch'}"
+        )
     try:
         state = decode(json.loads(body))
     except SnapshotError as e:

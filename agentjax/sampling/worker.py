@@ -54,14 +54,19 @@ class SamplerWorker:
         t = self.engine_totals
         slot_chunks = max(t.get("chunks", 0.0) * self.engine.slots, 1.0)
         wall = max(t.get("wall_s", 0.0), 1e-9)
-        return {"slots": self.engine.slots, "chunk": self.engine.chunk, **t,
-                "slot_occupancy": t.get("active_slot_chunks", 0.0) / slot_chunks,
-                "slot_held_waiting": t.get("held_slot_chunks", 0.0) / slot_chunks,
-                "tokens_per_s": t.get("tokens", 0.0) / wall,
-                "env_pool": self.pool.stats()}
+        return {
+            "slots": self.engine.slots,
+            "chunk": self.engine.chunk,
+            **t,
+            "slot_occupancy": t.get("active_slot_chunks", 0.0) / slot_chunks,
+            "slot_held_waiting": t.get("held_slot_chunks", 0.0) / slot_chunks,
+            "tokens_per_s": t.get("tokens", 0.0) / wall,
+            "env_pool": self.pool.stats(),
+        }
 
-    def publish(self, version: int, params, keep_from: int | None = None,
-                behaviour_version: int | None = None) -> None:
+    def publish(
+        self, version: int, params, keep_from: int | None = None, behaviour_version: int | None = None
+    ) -> None:
         """Makes ``params`` the sampler's weights for scheduler ``version``; drops older versions.
 
         ``behaviour_version``: the learner version those weights really are (older than
@@ -83,20 +88,26 @@ class SamplerWorker:
         for i, it in enumerate(items):
             by_version[it.version].append(i)
         for version, idx in sorted(by_version.items()):
-            specs = [EpisodeSpec(self.make_env(), items[i].task.task, items[i].task.seed,
-                                 items[i].task.task_id, items[i].task.task_class) for i in idx]
+            specs = [
+                EpisodeSpec(
+                    self.make_env(),
+                    items[i].task.task,
+                    items[i].task.seed,
+                    items[i].task.task_id,
+                    items[i].task.task_class,
+                )
+                for i in idx
+            ]
             kw = {} if self.context is None else {"context": self.context}
             params, behaviour = self.params[version]
             if self.engine is not None:
                 ro = EngineRollout(self.engine, self.codec, self.caps, specs, **kw)
                 ro.run(params, behaviour, self.rng, self.pool)
                 for k, v in ro.metrics.items():
-                    if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s",
-                                 "trajectories_per_s"):
+                    if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s", "trajectories_per_s"):
                         self.engine_totals[k] = self.engine_totals.get(k, 0.0) + v
             else:
-                ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)),
-                             **kw)
+                ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)), **kw)
                 ro.start(params, behaviour)
                 ro.advance(params, behaviour, self.rng)
             for i, row in zip(idx, ro.rows, strict=True):
@@ -104,8 +115,9 @@ class SamplerWorker:
                 gen = t.num_action_tokens * self.gen_seconds_per_token
                 env = float(t.timings.get("env", 0.0))
                 t.timings["generation_virtual"] = gen
-                out[i] = RoundResult(state=None, trajectory=t, duration=gen + env,
-                                     generation_time=gen, env_time=env)
+                out[i] = RoundResult(
+                    state=None, trajectory=t, duration=gen + env, generation_time=gen, env_time=env
+                )
         return out  # type: ignore[return-value]
 
 
@@ -133,8 +145,12 @@ class BatchingExecutor(SimulatedExecutor):
     def snapshot_state(self) -> dict:
         """The clock and ticket maps (never the worker: params, envs); deferred rounds run first."""
         self.flush()
-        return {**super().snapshot_state(), "ticket_of": dict(self._ticket_of),
-                "seq_of": dict(self._seq_of), "failures": getattr(self, "_failures", 0)}
+        return {
+            **super().snapshot_state(),
+            "ticket_of": dict(self._ticket_of),
+            "seq_of": dict(self._seq_of),
+            "failures": getattr(self, "_failures", 0),
+        }
 
     def load_snapshot_state(self, d: dict) -> None:
         super().load_snapshot_state(d)

@@ -80,9 +80,15 @@ class Workload:
     cache_len: int = 4096
 
 
-def compile_train(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work: Workload, *,
-                  optimizer: optax.GradientTransformation | None = None,
-                  loss: LossConfig = POD_LOSS):
+def compile_train(
+    config: ModelConfig,
+    mesh: Mesh,
+    rules: ShardingRules,
+    work: Workload,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    loss: LossConfig = POD_LOSS,
+):
     """Compiles the learner's real step (``make_train_step``; see :mod:`.programs`).
 
     Returns ``(report, param_shardings, resident_bytes)``: what stays on each chip between
@@ -94,15 +100,15 @@ def compile_train(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work: W
     params = abstract_params(config)
     p_sh = param_shardings(params, mesh, rules, logical_axes(config))
     kl = loss.kl_coef > 0
-    args, in_sh, out_sh = programs.train_inputs(config, mesh, rules, p_sh, rows=work.train_batch,
-                                                seq=work.train_seq, optimizer=optimizer, kl=kl)
+    args, in_sh, out_sh = programs.train_inputs(
+        config, mesh, rules, p_sh, rows=work.train_batch, seq=work.train_seq, optimizer=optimizer, kl=kl
+    )
     step = programs.train_program(config, loss, optimizer, work.microbatches)
     report = compile_step("train", step, args, in_sh, out_sh, donate=(0,))
     return report, p_sh, learner_resident_bytes(params, p_sh, mesh, optimizer, loss)
 
 
-def learner_resident_bytes(params, param_sh, mesh: Mesh, optimizer=None,
-                           loss: LossConfig = POD_LOSS) -> int:
+def learner_resident_bytes(params, param_sh, mesh: Mesh, optimizer=None, loss: LossConfig = POD_LOSS) -> int:
     """Per-chip bytes the learner keeps besides the parameters: the optimizer state, and the
     reference parameters when ``loss.kl_coef > 0`` (no compile needed)."""
     opt = jax.eval_shape((optimizer or make_optimizer(OptimConfig())).init, params)
@@ -110,32 +116,51 @@ def learner_resident_bytes(params, param_sh, mesh: Mesh, optimizer=None,
     return resident + (shard_bytes(params, param_sh) if loss.kl_coef > 0 else 0)
 
 
-def compile_sampler(config: ModelConfig, mesh: Mesh, rules: ShardingRules, work: Workload, *,
-                    param_sh=None, resident_bytes: int = 0) -> tuple[StepReport, StepReport]:
+def compile_sampler(
+    config: ModelConfig,
+    mesh: Mesh,
+    rules: ShardingRules,
+    work: Workload,
+    *,
+    param_sh=None,
+    resident_bytes: int = 0,
+) -> tuple[StepReport, StepReport]:
     """Compiles the sampler's real prefill (``prompt_len`` tokens into an empty state) and
     decode (its ``while_loop``) with ``cache_len`` slots per row."""
     config = config.replace(max_seq_len=work.cache_len)
     params = abstract_params(config)
     p_sh = param_sh or param_shardings(params, mesh, rules, logical_axes(config))
     _, prefill, decode = programs.sampler_programs(config)
-    pre, dec, state_sh, row_sh = programs.sampler_inputs(config, mesh, rules,
-                                                         batch=work.sample_batch,
-                                                         prompt_len=work.prompt_len)
+    pre, dec, state_sh, row_sh = programs.sampler_inputs(
+        config, mesh, rules, batch=work.sample_batch, prompt_len=work.prompt_len
+    )
     out = []
-    for name, fn, (args, sh), out_sh in (("prefill", prefill, pre, state_sh),
-                                         ("decode", decode, dec, (state_sh, Span(row_sh, row_sh)))):
-        out.append(compile_step(name, fn, (params, *args), (p_sh, *sh), out_sh, donate=(1,),
-                                resident_bytes=resident_bytes))
+    for name, fn, (args, sh), out_sh in (
+        ("prefill", prefill, pre, state_sh),
+        ("decode", decode, dec, (state_sh, Span(row_sh, row_sh))),
+    ):
+        out.append(
+            compile_step(
+                name, fn, (params, *args), (p_sh, *sh), out_sh, donate=(1,), resident_bytes=resident_bytes
+            )
+        )
     return out[0], out[1]
 
 
-def check_placement(config: ModelConfig, devices: Sequence, placement: str, work: Workload, *,
-                    learner_mesh: Mapping[str, int], sampler_mesh: Mapping[str, int] | None = None,
-                    rules: ShardingRules | None = None,
-                    sampler_rules: ShardingRules | None = None,
-                    optimizer: optax.GradientTransformation | None = None,
-                    loss: LossConfig = POD_LOSS,
-                    sampler_devices: Sequence | None = None) -> PlacementReport:
+def check_placement(
+    config: ModelConfig,
+    devices: Sequence,
+    placement: str,
+    work: Workload,
+    *,
+    learner_mesh: Mapping[str, int],
+    sampler_mesh: Mapping[str, int] | None = None,
+    rules: ShardingRules | None = None,
+    sampler_rules: ShardingRules | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    loss: LossConfig = POD_LOSS,
+    sampler_devices: Sequence | None = None,
+) -> PlacementReport:
     """Compiles the learner and sampler steps for ``placement``; one mesh axis may be ``-1``.
 
     ``colocated``: both on all ``devices`` with the learner's mesh and the very same parameter
@@ -147,10 +172,8 @@ def check_placement(config: ModelConfig, devices: Sequence, placement: str, work
     rules = rules or ShardingRules()
     if placement == "colocated":
         mesh = topology_mesh(devices, learner_mesh)
-        train, p_sh, resident = compile_train(config, mesh, rules, work, optimizer=optimizer,
-                                              loss=loss)
-        pre, dec = compile_sampler(config, mesh, rules, work, param_sh=p_sh,
-                                   resident_bytes=resident)
+        train, p_sh, resident = compile_train(config, mesh, rules, work, optimizer=optimizer, loss=loss)
+        pre, dec = compile_sampler(config, mesh, rules, work, param_sh=p_sh, resident_bytes=resident)
         shapes = {"learner": dict(mesh.shape), "sampler": dict(mesh.shape)}
         return PlacementReport(placement, shapes, (train, pre, dec))
     if placement != "disaggregated":
@@ -164,8 +187,7 @@ def check_placement(config: ModelConfig, devices: Sequence, placement: str, work
     s_sh = param_shardings(params, s_mesh, s_rules, logical_axes(config))
     pre, dec = compile_sampler(config, s_mesh, s_rules, work, param_sh=s_sh)
     shapes = {"learner": dict(l_mesh.shape), "sampler": dict(s_mesh.shape)}
-    return PlacementReport(placement, shapes, (train, pre, dec),
-                           weight_sync_bytes(params, l_sh, s_sh))
+    return PlacementReport(placement, shapes, (train, pre, dec), weight_sync_bytes(params, l_sh, s_sh))
 
 
 def batch_axes(rules: ShardingRules) -> tuple[str, ...]:
@@ -174,8 +196,9 @@ def batch_axes(rules: ShardingRules) -> tuple[str, ...]:
     return (axes,) if isinstance(axes, str) else tuple(axes or ())
 
 
-def pod_config(config: ModelConfig, rules: ShardingRules | None = None, *,
-               remat: str = "layer") -> ModelConfig:
+def pod_config(
+    config: ModelConfig, rules: ShardingRules | None = None, *, remat: str = "layer"
+) -> ModelConfig:
     """``config`` as it should run on a pod: per-layer remat and the hidden rows ``[N, D]`` of
     every layer constrained to the ``batch`` rule of ``rules`` (``ModelConfig.activation_rows``).
 
@@ -190,6 +213,8 @@ def with_remat(config: ModelConfig, remat: str) -> ModelConfig:
     if not remat:
         return config
     if "remat" not in {f.name for f in dataclasses.fields(config)}:
-        raise ValueError(f"remat={remat!r} asked for, but ModelConfig has no 'remat' field: "
-                         "per-layer rematerialisation is not available in this model")
+        raise ValueError(
+            f"remat={remat!r} asked for, but ModelConfig has no 'remat' field: "
+            "per-layer rematerialisation is not available in this model"
+        )
     return config.replace(remat=remat)

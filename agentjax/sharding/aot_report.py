@@ -34,8 +34,21 @@ def count_collectives(hlo_text: str) -> dict[str, int]:
     return {k: found.get(k, 0) for k in COLLECTIVES}
 
 
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
-                "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "u16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+}
 
 
 def largest_hlo_values(hlo_text: str, n: int = 5) -> list[tuple[str, int]]:
@@ -52,16 +65,17 @@ def largest_hlo_values(hlo_text: str, n: int = 5) -> list[tuple[str, int]]:
 def shard_bytes(tree, shardings) -> int:
     """Per-chip bytes of ``tree`` (ShapeDtypeStructs) under ``shardings`` (uniform shards)."""
     leaves, sh = jax.tree.leaves(tree), jax.tree.leaves(shardings)
-    return sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize for x, s in zip(leaves, sh,
-                                                                                     strict=True))
+    return sum(math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize for x, s in zip(leaves, sh, strict=True))
 
 
 def largest_leaves(tree, shardings, n: int = 5) -> list[tuple[str, int]]:
     """The ``n`` largest leaves of ``tree`` by per-chip bytes: ``(path, bytes)``."""
     flat = jax.tree.flatten_with_path(tree)[0]
     sh = jax.tree.leaves(shardings)
-    sizes = [(jax.tree_util.keystr(p), math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize)
-             for (p, x), s in zip(flat, sh, strict=True)]
+    sizes = [
+        (jax.tree_util.keystr(p), math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize)
+        for (p, x), s in zip(flat, sh, strict=True)
+    ]
     return sorted(sizes, key=lambda kv: -kv[1])[:n]
 
 
@@ -100,8 +114,14 @@ class StepReport:
     @property
     def peak_bytes(self) -> int:
         """Arguments + outputs not aliased to donated arguments + temporaries + code + resident."""
-        return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
-                + self.code_bytes + self.resident_bytes)
+        return (
+            self.argument_bytes
+            + self.output_bytes
+            - self.alias_bytes
+            + self.temp_bytes
+            + self.code_bytes
+            + self.resident_bytes
+        )
 
     @property
     def headroom_bytes(self) -> int:
@@ -116,20 +136,30 @@ class StepReport:
         if self.fits:
             return f"{self.name}: fits, headroom {self.headroom_bytes / GiB:.2f} GiB per chip"
         big = "; ".join(f"{k} ({v / GiB:.2f} GiB)" for k, v in self.largest)
-        why = self.error or (f"needs {self.peak_bytes / GiB:.2f} GiB per chip of "
-                             f"{self.hbm_bytes / GiB:.0f} GiB")
+        why = self.error or (
+            f"needs {self.peak_bytes / GiB:.2f} GiB per chip of {self.hbm_bytes / GiB:.0f} GiB"
+        )
         return f"{self.name}: DOES NOT FIT: {why}\n  largest buffers: {big}"
 
 
-def compile_step(name: str, fn: Callable, args: Sequence, in_shardings: Sequence, out_shardings,
-                 *, donate: Sequence[int] = (), resident_bytes: int = 0) -> StepReport:
+def compile_step(
+    name: str,
+    fn: Callable,
+    args: Sequence,
+    in_shardings: Sequence,
+    out_shardings,
+    *,
+    donate: Sequence[int] = (),
+    resident_bytes: int = 0,
+) -> StepReport:
     """Lowers ``fn`` on ``args`` (ShapeDtypeStructs) with shardings, compiles, and reports."""
     mesh = jax.tree.leaves(in_shardings)[0].mesh
     devices = list(mesh.devices.flat)
     hbm = chip_hbm_bytes(devices[0])
     largest = tuple(largest_leaves(list(args), list(in_shardings), 3))
-    jitted = jax.jit(fn, in_shardings=tuple(in_shardings), out_shardings=out_shardings,
-                     donate_argnums=tuple(donate))
+    jitted = jax.jit(
+        fn, in_shardings=tuple(in_shardings), out_shardings=out_shardings, donate_argnums=tuple(donate)
+    )
     start = time.perf_counter()
     # Executables for abstract devices cannot be loaded back from the disk cache: the entry points
     # (launch/compile_check.py, benchmarks/fit_table.py) disable it at start; this never touches it.
@@ -144,19 +174,34 @@ def compile_step(name: str, fn: Callable, args: Sequence, in_shardings: Sequence
         # Its message names no buffer: add the largest values of the program before partitioning.
         unsplit = largest_hlo_values(lowered.as_text(dialect="hlo"), 3)
         largest += tuple((f"{k} (whole, before partitioning)", v) for k, v in unsplit)
-        return StepReport(name, len(devices), hbm, resident_bytes=resident_bytes,
-                          largest=largest, error=_oom_summary(msg),
-                          compile_seconds=time.perf_counter() - start)
+        return StepReport(
+            name,
+            len(devices),
+            hbm,
+            resident_bytes=resident_bytes,
+            largest=largest,
+            error=_oom_summary(msg),
+            compile_seconds=time.perf_counter() - start,
+        )
     ma = compiled.memory_analysis()
     text = compiled.as_text()
     cost = hlo_cost(text).per_iteration()  # decode: one step of its loop
     return StepReport(
-        name, len(devices), hbm, device_kind=devices[0].device_kind, flops=cost.flops,
-        hbm_traffic=cost.bytes, open_loops=cost.open_loops,
-        argument_bytes=ma.argument_size_in_bytes, output_bytes=ma.output_size_in_bytes,
-        alias_bytes=ma.alias_size_in_bytes, temp_bytes=ma.temp_size_in_bytes,
-        code_bytes=ma.generated_code_size_in_bytes, resident_bytes=resident_bytes,
-        collectives=count_collectives(text), largest=largest + tuple(largest_hlo_values(text, 3)),
+        name,
+        len(devices),
+        hbm,
+        device_kind=devices[0].device_kind,
+        flops=cost.flops,
+        hbm_traffic=cost.bytes,
+        open_loops=cost.open_loops,
+        argument_bytes=ma.argument_size_in_bytes,
+        output_bytes=ma.output_size_in_bytes,
+        alias_bytes=ma.alias_size_in_bytes,
+        temp_bytes=ma.temp_size_in_bytes,
+        code_bytes=ma.generated_code_size_in_bytes,
+        resident_bytes=resident_bytes,
+        collectives=count_collectives(text),
+        largest=largest + tuple(largest_hlo_values(text, 3)),
         compile_seconds=time.perf_counter() - start,
     )
 
@@ -178,7 +223,8 @@ def tree_shardings_like(tree, params, param_sh, mesh: Mesh):
     ptree = jax.tree.structure(params)
     return jax.tree.map(
         lambda sub: param_sh if jax.tree.structure(sub) == ptree else replicated(mesh),
-        tree, is_leaf=lambda sub: jax.tree.structure(sub) == ptree,
+        tree,
+        is_leaf=lambda sub: jax.tree.structure(sub) == ptree,
     )
 
 
@@ -193,8 +239,12 @@ def weight_sync_bytes(params, learner_sh, sampler_sh) -> dict[str, int]:
     n_l = len(jax.tree.leaves(learner_sh)[0].mesh.devices.flat)
     per_chip = shard_bytes(params, sampler_sh)
     unique = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(params))
-    return {"unique": unique, "received_per_chip": per_chip, "total": per_chip * n_s,
-            "sent_per_learner_chip": -(-per_chip * n_s // n_l)}
+    return {
+        "unique": unique,
+        "received_per_chip": per_chip,
+        "total": per_chip * n_s,
+        "sent_per_learner_chip": -(-per_chip * n_s // n_l),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,32 +261,46 @@ class PlacementReport:
         return all(s.fits for s in self.steps)
 
 
-_SHORT = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
-          "collective-permute": "CP"}
+_SHORT = {
+    "all-reduce": "AR",
+    "all-gather": "AG",
+    "reduce-scatter": "RS",
+    "all-to-all": "A2A",
+    "collective-permute": "CP",
+}
 
 
 def format_report(report: PlacementReport) -> str:
     """A per-chip memory table (GiB) of one placement, its verdicts and the weight sync."""
     g = lambda b: f"{b / GiB:8.2f}"
     mesh = lambda m: "x".join(f"{a}{s}" for a, s in m.items() if s > 1) or "1"
-    head = (f"{'step':8} {'chips':>5} {'args':>8} {'out':>8} {'alias':>8} {'temp':>8} "
-            f"{'code':>8} {'resid':>8} {'peak':>8} {'HBM':>8} {'free':>8}  collectives")
-    lines = [f"== {report.placement}: learner mesh {mesh(report.meshes['learner'])}, "
-             f"sampler mesh {mesh(report.meshes['sampler'])} (GiB per chip)", head]
+    head = (
+        f"{'step':8} {'chips':>5} {'args':>8} {'out':>8} {'alias':>8} {'temp':>8} "
+        f"{'code':>8} {'resid':>8} {'peak':>8} {'HBM':>8} {'free':>8}  collectives"
+    )
+    lines = [
+        f"== {report.placement}: learner mesh {mesh(report.meshes['learner'])}, "
+        f"sampler mesh {mesh(report.meshes['sampler'])} (GiB per chip)",
+        head,
+    ]
     for s in report.steps:
         coll = " ".join(f"{_SHORT[k]}={v}" for k, v in s.collectives.items()) or "-"
-        lines.append(f"{s.name:8} {s.n_chips:5d} {g(s.argument_bytes)} {g(s.output_bytes)} "
-                     f"{g(s.alias_bytes)} {g(s.temp_bytes)} {g(s.code_bytes)} "
-                     f"{g(s.resident_bytes)} {g(s.peak_bytes)} {g(s.hbm_bytes)} "
-                     f"{g(s.headroom_bytes)}  {coll}")
+        lines.append(
+            f"{s.name:8} {s.n_chips:5d} {g(s.argument_bytes)} {g(s.output_bytes)} "
+            f"{g(s.alias_bytes)} {g(s.temp_bytes)} {g(s.code_bytes)} "
+            f"{g(s.resident_bytes)} {g(s.peak_bytes)} {g(s.hbm_bytes)} "
+            f"{g(s.headroom_bytes)}  {coll}"
+        )
     lines += [s.verdict() for s in report.steps]
     lines += [roofline_line(s) for s in report.steps if s.error is None and s.device_kind]
     if report.weight_sync:
         w = report.weight_sync
-        lines.append(f"weight sync: {w['unique'] / GiB:.2f} GiB of parameters; each sampler chip "
-                     f"receives {w['received_per_chip'] / GiB:.3f} GiB, "
-                     f"{w['total'] / GiB:.2f} GiB in all; "
-                     f"each learner chip sends >= {w['sent_per_learner_chip'] / GiB:.3f} GiB")
+        lines.append(
+            f"weight sync: {w['unique'] / GiB:.2f} GiB of parameters; each sampler chip "
+            f"receives {w['received_per_chip'] / GiB:.3f} GiB, "
+            f"{w['total'] / GiB:.2f} GiB in all; "
+            f"each learner chip sends >= {w['sent_per_learner_chip'] / GiB:.3f} GiB"
+        )
     return "\n".join(lines)
 
 
@@ -245,5 +309,7 @@ def roofline_line(s: StepReport) -> str:
     t = s.roofline_seconds
     bound = "compute" if s.flops / CHIP_PEAKS[s.device_kind][0] >= t else "memory"
     loops = "; one iteration of its data-dependent loop" if s.open_loops else ""
-    return (f"roofline {s.name}: {s.flops / 1e12:.3f} TFLOP, {s.hbm_traffic / GiB:.2f} GiB HBM "
-            f"per chip -> >= {t * 1e3:.2f} ms ({bound}-bound{loops})")
+    return (
+        f"roofline {s.name}: {s.flops / 1e12:.3f} TFLOP, {s.hbm_traffic / GiB:.2f} GiB HBM "
+        f"per chip -> >= {t * 1e3:.2f} ms ({bound}-bound{loops})"
+    )

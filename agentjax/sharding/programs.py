@@ -35,8 +35,12 @@ EXACT_TILE = 8  # the default run's tile (configs/default.py)
 MODES: dict[str, dict] = {
     "fast": {},
     "exact_bf16": {"exact_tile": EXACT_TILE},
-    "exact_f32": {"exact_tile": EXACT_TILE, "param_dtype": "float32",
-                  "compute_dtype": "float32", "head_dtype": "float32"},
+    "exact_f32": {
+        "exact_tile": EXACT_TILE,
+        "param_dtype": "float32",
+        "compute_dtype": "float32",
+        "head_dtype": "float32",
+    },
 }
 
 
@@ -53,8 +57,17 @@ def _rows(mesh: Mesh, rules: ShardingRules, shape) -> NamedSharding:
     return NamedSharding(mesh, rules.spec(names, mesh=mesh, shape=shape, what="rows"))
 
 
-def train_inputs(config: ModelConfig, mesh: Mesh, rules: ShardingRules, param_sh, *, rows: int,
-                 seq: int, optimizer: optax.GradientTransformation, kl: bool):
+def train_inputs(
+    config: ModelConfig,
+    mesh: Mesh,
+    rules: ShardingRules,
+    param_sh,
+    *,
+    rows: int,
+    seq: int,
+    optimizer: optax.GradientTransformation,
+    kl: bool,
+):
     """Abstract ``(state, batch[, ref_params])`` of the train step and their shardings."""
     params = abstract_params(config)
     opt = jax.eval_shape(optimizer.init, params)
@@ -63,15 +76,24 @@ def train_inputs(config: ModelConfig, mesh: Mesh, rules: ShardingRules, param_sh
     rep = replicated(mesh)
     state_sh = TrainState(rep, param_sh, tree_shardings_like(opt, params, param_sh, mesh), rep)
     i, f = jnp.int32, jnp.float32
-    kinds = {"tokens": (i, 2), "positions": (i, 2), "loss_mask": (f, 2), "behav_logp": (f, 2),
-             "step_reward": (f, 2), "advantages": (f, 1), "weight": (f, 1), "bootstrap": (f, 1),
-             "lengths": (i, 1)}
+    kinds = {
+        "tokens": (i, 2),
+        "positions": (i, 2),
+        "loss_mask": (f, 2),
+        "behav_logp": (f, 2),
+        "step_reward": (f, 2),
+        "advantages": (f, 1),
+        "weight": (f, 1),
+        "bootstrap": (f, 1),
+        "lengths": (i, 1),
+    }
     batch = {k: jax.ShapeDtypeStruct((rows, seq)[:nd], dt) for k, (dt, nd) in kinds.items()}
     if config.is_moe:  # the sampler's routes are replayed (Rollout Routing Replay)
-        batch["routes"] = jax.ShapeDtypeStruct(
-            (rows, seq, config.n_layers, config.n_experts_per_token), i)
-    batch_sh = {k: activation_sharding("tokens", mesh, rules, v.shape) if v.ndim == 2 else
-                _rows(mesh, rules, v.shape) for k, v in batch.items()}
+        batch["routes"] = jax.ShapeDtypeStruct((rows, seq, config.n_layers, config.n_experts_per_token), i)
+    batch_sh = {
+        k: activation_sharding("tokens", mesh, rules, v.shape) if v.ndim == 2 else _rows(mesh, rules, v.shape)
+        for k, v in batch.items()
+    }
     args, shardings = [state, batch], [state_sh, batch_sh]
     if kl:
         args.append(params)
@@ -98,13 +120,11 @@ def sampler_programs(config: ModelConfig):
     return s, prefill, decode
 
 
-def sampler_inputs(config: ModelConfig, mesh: Mesh, rules: ShardingRules, *, batch: int,
-                   prompt_len: int):
+def sampler_inputs(config: ModelConfig, mesh: Mesh, rules: ShardingRules, *, batch: int, prompt_len: int):
     """Abstract inputs and shardings of prefill and decode (``config.max_seq_len`` slots)."""
     s = Sampler(config)
     state = jax.eval_shape(lambda: s.init(batch))
-    cache_sh = {k: activation_sharding("cache", mesh, rules, v.shape)
-                for k, v in state.cache.items()}
+    cache_sh = {k: activation_sharding("cache", mesh, rules, v.shape) for k, v in state.cache.items()}
     row = lambda x: None if x is None else _rows(mesh, rules, x.shape)
     state_sh = SamplerState(cache_sh, *(row(x) for x in state[1:]))
     i = jnp.int32

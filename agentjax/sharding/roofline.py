@@ -38,11 +38,38 @@ CHIP_PEAKS: dict[str, tuple[float, float]] = {
     "TPU v6 lite": (918e12, 1640e9),
 }
 
-_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4,
-          "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "u16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+}
 _ARRAY = re.compile(r"\b([a-z0-9]+)\[([\d,]*)\]")
-_NO_TRAFFIC = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
-               "conditional", "after-all", "partition-id", "replica-id", "iota"}
+_NO_TRAFFIC = {
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "while",
+    "call",
+    "conditional",
+    "after-all",
+    "partition-id",
+    "replica-id",
+    "iota",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,12 +81,10 @@ class Cost:
     loop_bytes: float = 0.0
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(o),
-                                            strict=True)))
+        return Cost(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(o), strict=True)))
 
     def times(self, n: int) -> Cost:
-        return Cost(self.flops * n, self.bytes * n, self.open_loops, self.loop_flops * n,
-                    self.loop_bytes * n)
+        return Cost(self.flops * n, self.bytes * n, self.open_loops, self.loop_flops * n, self.loop_bytes * n)
 
     def per_iteration(self) -> Cost:
         """One iteration of the data-dependent loop(s) when there are any, else the whole.
@@ -92,7 +117,7 @@ def _split_instruction(line: str):
     m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = ", line)
     if not m:
         return None
-    rest = line[m.end():]
+    rest = line[m.end() :]
     if rest.startswith("("):  # tuple type: up to the matching parenthesis
         depth, end = 0, 0
         while end < len(rest):
@@ -100,7 +125,7 @@ def _split_instruction(line: str):
             end += 1
             if depth == 0:
                 break
-        typ, rest = rest[:end], rest[end + 1:]
+        typ, rest = rest[:end], rest[end + 1 :]
     else:
         typ, _, rest = rest.partition(" ")
     op, _, rest = rest.partition("(")
@@ -137,8 +162,9 @@ def _trip_count(comps, cond: str) -> int | None:
         name = todo.pop()
         seen.add(name)
         ins = comps.get(name, [])
-        consts = {n: int(t) for n, _, op, t, _ in ins if op == "constant" and
-                  re.fullmatch(r"-?\d+", t.strip())}
+        consts = {
+            n: int(t) for n, _, op, t, _ in ins if op == "constant" and re.fullmatch(r"-?\d+", t.strip())
+        }
         for _, _, op, text, attrs in ins:
             ops = _names(text)
             if op == "compare" and len(ops) == 2:
@@ -174,8 +200,7 @@ def hlo_cost(hlo_text: str) -> Cost:
                 total += body.times(n) if n else body + Cost(0, 0, 1, body.flops, body.bytes)
             elif op == "conditional" and "branch_computations=" in attrs:
                 branches = _names(attrs.split("branch_computations=")[1].split("}")[0])
-                total += max((cost(b, fused) for b in branches), key=lambda c: c.flops,
-                             default=Cost())
+                total += max((cost(b, fused) for b in branches), key=lambda c: c.flops, default=Cost())
             elif "calls" in called:
                 total += cost(called["calls"], fused)
             if not fused and op not in _NO_TRAFFIC and not op.endswith("-done"):
@@ -187,8 +212,7 @@ def hlo_cost(hlo_text: str) -> Cost:
     return cost(entry, False)
 
 
-def _valid_pairs(n_in: int, n_out: int, size: int, stride: int, lo: int, lhs_dil: int,
-                 rhs_dil: int) -> int:
+def _valid_pairs(n_in: int, n_out: int, size: int, stride: int, lo: int, lhs_dil: int, rhs_dil: int) -> int:
     """(output position, window position) pairs of one spatial dimension that read a real
     input element (not padding, not a hole of the input dilation), as XLA's cost analysis."""
     out = np.arange(n_out)[:, None] * stride
@@ -203,11 +227,17 @@ def _window(attrs: str, n: int) -> list[dict]:
     spec = re.search(r"window=\{([^}]*)\}", attrs)
     fields = dict(re.findall(r"(\w+)=(\S+)", spec.group(1))) if spec else {}
     get = lambda k, d: [v for v in fields[k].split("x")] if k in fields else [d] * n
-    return [{"size": int(sz), "stride": int(st), "lo": int(p.split("_")[0]),
-             "lhs": int(ld), "rhs": int(rd)}
-            for sz, st, p, ld, rd in zip(get("size", "1"), get("stride", "1"), get("pad", "0_0"),
-                                         get("lhs_dilate", "1"), get("rhs_dilate", "1"),
-                                         strict=True)]
+    return [
+        {"size": int(sz), "stride": int(st), "lo": int(p.split("_")[0]), "lhs": int(ld), "rhs": int(rd)}
+        for sz, st, p, ld, rd in zip(
+            get("size", "1"),
+            get("stride", "1"),
+            get("pad", "0_0"),
+            get("lhs_dilate", "1"),
+            get("rhs_dilate", "1"),
+            strict=True,
+        )
+    ]
 
 
 def _matmul_flops(typ, op, operands, attrs, types) -> float:
@@ -226,15 +256,15 @@ def _matmul_flops(typ, op, operands, attrs, types) -> float:
     macs = math.prod(d for d, c in zip(out, out_l, strict=True) if not c.isdigit())
     macs *= math.prod(d for d, c in zip(rhs, rhs_l, strict=True) if c == "i")
     for w, c in zip(_window(attrs, len(spatial)), spatial, strict=True):
-        macs *= _valid_pairs(lhs[lhs_l.index(c)], out[out_l.index(c)], w["size"], w["stride"],
-                             w["lo"], w["lhs"], w["rhs"])
+        macs *= _valid_pairs(
+            lhs[lhs_l.index(c)], out[out_l.index(c)], w["size"], w["stride"], w["lo"], w["lhs"], w["rhs"]
+        )
     return 2.0 * macs
 
 
 def roofline_seconds(cost: Cost, device_kind: str) -> float:
     """``max(flops / peak, bytes / bandwidth)`` on one chip of ``device_kind``."""
     if device_kind not in CHIP_PEAKS:
-        raise KeyError(f"no published peaks for device kind {device_kind!r}; "
-                       f"known: {sorted(CHIP_PEAKS)}")
+        raise KeyError(f"no published peaks for device kind {device_kind!r}; known: {sorted(CHIP_PEAKS)}")
     flops, bw = CHIP_PEAKS[device_kind]
     return max(cost.flops / flops, cost.bytes / bw)

@@ -69,8 +69,7 @@ def resolve_mesh_shape(shape: Mapping[str, int], n_devices: int) -> dict[str, in
             raise ValueError(f"mesh {sizes}: {n_devices} devices are not divisible by {rest}")
         sizes[free[0]] = n_devices // rest
     if math.prod(sizes.values()) != n_devices:
-        raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices, "
-                         f"have {n_devices}")
+        raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices, have {n_devices}")
     return sizes
 
 

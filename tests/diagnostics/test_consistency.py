@@ -29,8 +29,7 @@ def test_delta_report_by_hand():
     learner = np.log(np.array([[0.5, 0.5, 0.25, 0.9], [0.05, 0.5, 0.5, 0.5]]))
     behaviour = np.log(np.array([[0.5, 0.25, 0.25, 0.9], [0.05, 0.5, 1.0, 0.5]]))
     mask = np.array([[0, 1, 1, 1], [0, 1, 1, 0]], bool)
-    r = delta_report(learner, behaviour, mask, position_buckets=(0, 2, 4),
-                     prob_buckets=(0, 0.5, 1.0))
+    r = delta_report(learner, behaviour, mask, position_buckets=(0, 2, 4), prob_buckets=(0, 0.5, 1.0))
     # masked deltas: log 2, 0, 0, 0, -log 2
     assert r["all"]["n"] == 5 and r["all"]["frac_zero"] == pytest.approx(0.6)
     assert r["all"]["mean"] == pytest.approx(2 * np.log(2) / 5)
@@ -59,8 +58,7 @@ def _learner_batch(samples, rng, seq_len=L, vocab=64, n_experts=4):
     n_layers_k = samples[0]["routes"].shape[2:] if samples[0]["routes"] is not None else None
     tok = rng.integers(0, vocab, (len(rows), seq_len)).astype(np.int32)
     pos = np.full((len(rows), seq_len), seq_len, np.int32)
-    routes = (None if n_layers_k is None
-              else rng.integers(0, n_experts, (len(rows), seq_len, *n_layers_k)))
+    routes = None if n_layers_k is None else rng.integers(0, n_experts, (len(rows), seq_len, *n_layers_k))
     mu, mask = np.zeros((len(rows), seq_len), np.float32), np.zeros((len(rows), seq_len), bool)
     for r, k in enumerate(order):
         inp, i = rows[k]
@@ -84,8 +82,9 @@ def _bf16(make):
     return lambda **kw: make(param_dtype="bfloat16", compute_dtype="bfloat16", **kw)
 
 
-def _check_contract(cfg, params, sampler_batches, rng, transform=T, max_new=MAX_NEW,
-                    prompt_width=12, compositions=2):
+def _check_contract(
+    cfg, params, sampler_batches, rng, transform=T, max_new=MAX_NEW, prompt_width=12, compositions=2
+):
     """Samples at each sampler batch size, rescores all rows in shuffled, left-padded learner
     batches (with and without routing replay for MoE) and asserts learner == sampler bitwise."""
     sampler = Sampler(cfg, transform=transform)
@@ -94,14 +93,18 @@ def _check_contract(cfg, params, sampler_batches, rng, transform=T, max_new=MAX_
         lens = rng.integers(1, prompt_width + 1, b)
         prompts = rng.integers(0, cfg.vocab_size, (b, prompt_width))
         st = sampler.extend(params, sampler.init(b), prompts, lens, version=0)
-        st, _ = sampler.generate(params, st, jax.random.key(100 * b + j),
-                                 max_new_tokens=max_new, version=0)
+        st, _ = sampler.generate(params, st, jax.random.key(100 * b + j), max_new_tokens=max_new, version=0)
         samples.append(learner_inputs(st))
     n_tokens = sum(int(s["mask"].sum()) for s in samples)
     replays = (True, False) if cfg.is_moe else (True,)
     for composition in range(compositions):  # other batch-mates, order and (left) padding
-        batch = _learner_batch(samples, np.random.default_rng(composition), cfg.max_seq_len,
-                               cfg.vocab_size, max(cfg.n_experts, 1))
+        batch = _learner_batch(
+            samples,
+            np.random.default_rng(composition),
+            cfg.max_seq_len,
+            cfg.vocab_size,
+            max(cfg.n_experts, 1),
+        )
         for replay in replays:
             lp, _ = rescore(params, batch, config=cfg, transform=transform, replay=replay)
             m = batch["mask"]
@@ -115,10 +118,11 @@ def _tiled_dense(**kw):
     return tiny_dense(exact_kernels="tiled", **kw)  # the reference construction, kept working
 
 
-@pytest.mark.parametrize("make", [tiny_dense, tiny_moe, _unrolled_dense, _bf16(tiny_dense),
-                                  _bf16(tiny_moe), _tiled_dense],
-                         ids=["dense", "moe", "dense_unrolled", "dense_bf16", "moe_bf16",
-                              "dense_tiled"])
+@pytest.mark.parametrize(
+    "make",
+    [tiny_dense, tiny_moe, _unrolled_dense, _bf16(tiny_dense), _bf16(tiny_moe), _tiled_dense],
+    ids=["dense", "moe", "dense_unrolled", "dense_bf16", "moe_bf16", "dense_tiled"],
+)
 def test_exact_mode_is_bitwise(make):
     cfg = make(exact_tile=4)
     params = init_params(cfg, jax.random.key(0))
@@ -134,13 +138,23 @@ def _random_config(seed: int) -> ModelConfig:
     n_kv = int(r.integers(1, 3))
     dtype = ("float32", "bfloat16")[seed % 2]
     return ModelConfig(
-        vocab_size=int(r.choice([48, 61, 96])), d_model=int(r.choice([24, 40, 48])),
-        n_layers=int(r.integers(1, 3)), n_heads=n_kv * int(r.integers(1, 4)), n_kv_heads=n_kv,
-        head_dim=int(r.choice([6, 10, 12, 20])), d_ff=int(r.choice([40, 72, 96])),
-        max_seq_len=int(r.choice([20, 24, 29])), qk_norm=bool(r.integers(2)),
-        qkv_bias=bool(r.integers(2)), n_experts=int(r.choice([0, 3, 4])),
-        n_experts_per_token=int(r.integers(1, 3)), exact_tile=int(r.integers(1, 5)),
-        param_dtype=dtype, compute_dtype=dtype, init_scale=float(r.choice([0.02, 0.2])))
+        vocab_size=int(r.choice([48, 61, 96])),
+        d_model=int(r.choice([24, 40, 48])),
+        n_layers=int(r.integers(1, 3)),
+        n_heads=n_kv * int(r.integers(1, 4)),
+        n_kv_heads=n_kv,
+        head_dim=int(r.choice([6, 10, 12, 20])),
+        d_ff=int(r.choice([40, 72, 96])),
+        max_seq_len=int(r.choice([20, 24, 29])),
+        qk_norm=bool(r.integers(2)),
+        qkv_bias=bool(r.integers(2)),
+        n_experts=int(r.choice([0, 3, 4])),
+        n_experts_per_token=int(r.integers(1, 3)),
+        exact_tile=int(r.integers(1, 5)),
+        param_dtype=dtype,
+        compute_dtype=dtype,
+        init_scale=float(r.choice([0.02, 0.2])),
+    )
 
 
 @pytest.mark.slow
@@ -154,8 +168,9 @@ def test_contract_holds_on_random_shapes(seed):
     r = np.random.default_rng(100 + seed)
     batches = (1, *sorted(r.choice(np.arange(2, 13), 2, replace=False).tolist()))
     transform = (T, None)[seed % 2]
-    _, n_tokens = _check_contract(cfg, params, batches, r, transform=transform, max_new=8,
-                                  prompt_width=10, compositions=1)
+    _, n_tokens = _check_contract(
+        cfg, params, batches, r, transform=transform, max_new=8, prompt_width=10, compositions=1
+    )
     assert n_tokens >= 8 * len(batches)
 
 
@@ -163,19 +178,32 @@ def test_issue_18_shape_is_bitwise():
     """The issue's report: qk_norm, head_dim 10, GQA 2:1, one prompt, the same key for row 0;
     the tiled kernels differed at sampler batch 1 (9/10 tokens bitwise), and row 0's recorded
     log-probs changed between batch 1 and batch 9."""
-    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
-                      head_dim=10, d_ff=64, max_seq_len=16, qk_norm=True, exact_tile=4)
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=1,
+        head_dim=10,
+        d_ff=64,
+        max_seq_len=16,
+        qk_norm=True,
+        exact_tile=4,
+    )
     params = init_params(cfg, jax.random.key(0))
     sampler = Sampler(cfg)
     records = []
     for b in (1, 9):
-        st = sampler.extend(params, sampler.init(b), np.tile([[5, 9, 2, 11]], (b, 1)),
-                            np.full(b, 4), version=0)
-        st, _ = sampler.generate(params, st, jax.numpy.stack([jax.random.key(7)] * b),
-                                 max_new_tokens=10, version=0)
+        st = sampler.extend(
+            params, sampler.init(b), np.tile([[5, 9, 2, 11]], (b, 1)), np.full(b, 4), version=0
+        )
+        st, _ = sampler.generate(
+            params, st, jax.numpy.stack([jax.random.key(7)] * b), max_new_tokens=10, version=0
+        )
         tokens, pos = np.asarray(st.tokens[:1, :14]), np.arange(14)[None]
-        lp, _ = rescore(params, {"tokens": tokens, "positions": pos, "routes": None},
-                        config=cfg, replay=False)
+        lp, _ = rescore(
+            params, {"tokens": tokens, "positions": pos, "routes": None}, config=cfg, replay=False
+        )
         np.testing.assert_array_equal(lp[0, 4:14], np.asarray(st.logp[0, 4:14]))
         records.append(np.asarray(st.logp[0, 4:14]))
     np.testing.assert_array_equal(records[0], records[1])
@@ -189,8 +217,12 @@ def test_sampled_tokens_do_not_depend_on_batch_mates():
     prompts, lens = rng.integers(0, 64, (8, 12)), rng.integers(1, 13, 8)
     keys = jax.random.split(jax.random.key(5), 8)
     run = lambda idx: sampler.generate(
-        params, sampler.extend(params, sampler.init(len(idx)), prompts[idx], lens[idx], version=0),
-        keys[np.asarray(idx)], max_new_tokens=MAX_NEW, version=0)[0]
+        params,
+        sampler.extend(params, sampler.init(len(idx)), prompts[idx], lens[idx], version=0),
+        keys[np.asarray(idx)],
+        max_new_tokens=MAX_NEW,
+        version=0,
+    )[0]
     full = run(list(range(8)))
     sub = run([6, 2, 5])
     for j, i in enumerate([6, 2, 5]):
@@ -203,10 +235,24 @@ def test_fast_mode_report_measures_a_small_nonzero_gap():
     params = init_params(cfg, jax.random.key(0))
     rng = np.random.default_rng(3)
     prompts, lens = rng.integers(0, 64, (3, 12)), rng.integers(4, 13, 3)
-    fast = measure(Mode("fast f32", {"exact_tile": 0}, {"exact_tile": 0}), cfg, params, prompts,
-                   lens, jax.random.key(0), max_new_tokens=MAX_NEW)
-    bf16 = measure(Mode("bf16", {"compute_dtype": "bfloat16"}, {}), cfg, params, prompts, lens,
-                   jax.random.key(0), max_new_tokens=MAX_NEW)
+    fast = measure(
+        Mode("fast f32", {"exact_tile": 0}, {"exact_tile": 0}),
+        cfg,
+        params,
+        prompts,
+        lens,
+        jax.random.key(0),
+        max_new_tokens=MAX_NEW,
+    )
+    bf16 = measure(
+        Mode("bf16", {"compute_dtype": "bfloat16"}, {}),
+        cfg,
+        params,
+        prompts,
+        lens,
+        jax.random.key(0),
+        max_new_tokens=MAX_NEW,
+    )
     assert fast["logp"]["all"]["n"] == 3 * MAX_NEW
     assert fast["logp"]["all"]["max"] < 1e-4
     assert bf16["logp"]["all"]["mean"] > fast["logp"]["all"]["mean"]

@@ -6,46 +6,110 @@ import os
 from agentjax import report
 
 PNGS = ("curves.png", "labels.png", "staleness.png", "delta.png", "masked.png", "classes.png")
-HEADER = {"demonstrator_success": 0.5625, "warm_start/nll_first": 4.92, "warm_start/nll_last": 0.467,
-          "warm_start/demo_train_success": 0.634, "rl_start_success": 0.40625}
+HEADER = {
+    "demonstrator_success": 0.5625,
+    "warm_start/nll_first": 4.92,
+    "warm_start/nll_last": 0.467,
+    "warm_start/demo_train_success": 0.634,
+    "rl_start_success": 0.40625,
+}
 
 
 def _eval(step, success, h=0.125, hack=0.25):
-    return {"step": step, "eval/success": success, "eval/success_lo": success - 0.1,
-            "eval/success_hi": success + 0.1, "eval/n": 64.0, "eval/mean_turns": 4.0,
-            "eval/label/pass": success, "eval/label/fail": 1.0 - success - 0.0625,
-            "eval/label/reward_hack": 0.03125, "eval/label/agent_timeout": 0.03125,
-            "eval/audit/H": h, "eval/audit/H_lo": 0.01, "eval/audit/H_hi": 0.4,
-            "eval/hack/rate": hack, "eval/hack/rate_lo": 0.05, "eval/hack/rate_hi": 0.6}
+    return {
+        "step": step,
+        "eval/success": success,
+        "eval/success_lo": success - 0.1,
+        "eval/success_hi": success + 0.1,
+        "eval/n": 64.0,
+        "eval/mean_turns": 4.0,
+        "eval/label/pass": success,
+        "eval/label/fail": 1.0 - success - 0.0625,
+        "eval/label/reward_hack": 0.03125,
+        "eval/label/agent_timeout": 0.03125,
+        "eval/audit/H": h,
+        "eval/audit/H_lo": 0.01,
+        "eval/audit/H_hi": 0.4,
+        "eval/hack/rate": hack,
+        "eval/hack/rate_lo": 0.05,
+        "eval/hack/rate_hi": 0.6,
+    }
 
 
 def _train(step):
-    return {"step": step, "loss/total": -0.1, "loss/loss": -0.1, "loss/ratio/mean": 1.0 + 0.01 * step,
-            "loss/ratio/max": 1.5 + step, "loss/approx_kl": 0.001, "loss/clip_fraction": 0.02,
-            "masked/filter_icepop": 0.05 * step, "ess/token_frac": 0.9, "grad_norm": 1.0,
-            "skipped_nonfinite": float(step == 2), "batch/reward_mean": 0.1 * step, "batch/rows": 8.0,
-            "batch/groups": 4.0, "batch/all_same_groups": 1.0,
-            "labels": {"pass": step, "fail": 8 - step - 1, "infra_fault": 1},
-            "classes": {"short": 6, "long": 2}, "version_gap_mean": 0.5, "version_gap_max": 1,
-            "weights_mean": 1.0, "virtual_time": 10.0 * step, "wall": 3.0 * step}
+    return {
+        "step": step,
+        "loss/total": -0.1,
+        "loss/loss": -0.1,
+        "loss/ratio/mean": 1.0 + 0.01 * step,
+        "loss/ratio/max": 1.5 + step,
+        "loss/approx_kl": 0.001,
+        "loss/clip_fraction": 0.02,
+        "masked/filter_icepop": 0.05 * step,
+        "ess/token_frac": 0.9,
+        "grad_norm": 1.0,
+        "skipped_nonfinite": float(step == 2),
+        "batch/reward_mean": 0.1 * step,
+        "batch/rows": 8.0,
+        "batch/groups": 4.0,
+        "batch/all_same_groups": 1.0,
+        "labels": {"pass": step, "fail": 8 - step - 1, "infra_fault": 1},
+        "classes": {"short": 6, "long": 2},
+        "version_gap_mean": 0.5,
+        "version_gap_max": 1,
+        "weights_mean": 1.0,
+        "virtual_time": 10.0 * step,
+        "wall": 3.0 * step,
+    }
 
 
 SUMMARY = {
     "header": HEADER,
     "final_eval": _eval(4, 0.8125, h=0.0625, hack=0.1875),
-    "scheduler": {"steps": 4, "elapsed": 40.0, "consumed": 32, "throughput": 0.8, "slot_utilisation": 0.75,
-                  "duration": {"p50": 3.0, "p95": 9.0, "p99": 11.0},
-                  "terminal": {"submitted": 40, "cancelled": 2, "masked": 4, "rejected_stale": 2,
-                               "trained": 32, "cancellation_rate": 0.05, "rejection_rate": 0.05},
-                  "class_shares": {"long": {"submitted": 0.3, "admitted": 0.25, "deviation_pp": -5.0},
-                                   "short": {"submitted": 0.7, "admitted": 0.75, "deviation_pp": 5.0}},
-                  "max_share_deviation_pp": 5.0, "long_task_drop_rate": 0.125, "max_version_gap": 9,
-                  "mean_generation_gap": 0.25, "mean_queue_gap": 0.5,
-                  "version_gap_hist": [20, 8, 2, 1, 0, 0, 0, 1], "ess_fraction": 0.97},
-    "cost_ledger": {"device_seconds": {"generation": 64.0, "environment": 0.0, "verification": 0.0,
-                                       "training": 8.0, "retry_waste": 16.0},
-                    "cpu_seconds": {"generation": 0.0, "environment": 12.5, "verification": 0.0,
-                                    "training": 0.0, "retry_waste": 3.5}},
+    "scheduler": {
+        "steps": 4,
+        "elapsed": 40.0,
+        "consumed": 32,
+        "throughput": 0.8,
+        "slot_utilisation": 0.75,
+        "duration": {"p50": 3.0, "p95": 9.0, "p99": 11.0},
+        "terminal": {
+            "submitted": 40,
+            "cancelled": 2,
+            "masked": 4,
+            "rejected_stale": 2,
+            "trained": 32,
+            "cancellation_rate": 0.05,
+            "rejection_rate": 0.05,
+        },
+        "class_shares": {
+            "long": {"submitted": 0.3, "admitted": 0.25, "deviation_pp": -5.0},
+            "short": {"submitted": 0.7, "admitted": 0.75, "deviation_pp": 5.0},
+        },
+        "max_share_deviation_pp": 5.0,
+        "long_task_drop_rate": 0.125,
+        "max_version_gap": 9,
+        "mean_generation_gap": 0.25,
+        "mean_queue_gap": 0.5,
+        "version_gap_hist": [20, 8, 2, 1, 0, 0, 0, 1],
+        "ess_fraction": 0.97,
+    },
+    "cost_ledger": {
+        "device_seconds": {
+            "generation": 64.0,
+            "environment": 0.0,
+            "verification": 0.0,
+            "training": 8.0,
+            "retry_waste": 16.0,
+        },
+        "cpu_seconds": {
+            "generation": 0.0,
+            "environment": 12.5,
+            "verification": 0.0,
+            "training": 0.0,
+            "retry_waste": 3.5,
+        },
+    },
     "weight_sync": {"syncs": 4, "skipped": 0, "bytes": 3 * 2**20, "seconds": 0.25},
     "wall_seconds": 123.0,
 }
@@ -62,13 +126,32 @@ def _workdir(path, rows, summary=None):
 
 
 def _full(tmp_path):
-    rows = [{"step": 0, "header": HEADER, **_eval(0, 0.40625)}, _train(1), _train(2), _eval(2, 0.625),
-            _train(3), _train(4), _eval(4, 0.8125, h=0.0625, hack=0.1875)]
+    rows = [
+        {"step": 0, "header": HEADER, **_eval(0, 0.40625)},
+        _train(1),
+        _train(2),
+        _eval(2, 0.625),
+        _train(3),
+        _train(4),
+        _eval(4, 0.8125, h=0.0625, hack=0.1875),
+    ]
     return _workdir(tmp_path / "run", rows, SUMMARY)
 
 
-CONSISTENCY = {"models": {"dense": {"modes": [{"mode": "exact f32", "logp": {"all": {
-    "n": 96, "frac_zero": 1.0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}}}]}}}
+CONSISTENCY = {
+    "models": {
+        "dense": {
+            "modes": [
+                {
+                    "mode": "exact f32",
+                    "logp": {
+                        "all": {"n": 96, "frac_zero": 1.0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+                    },
+                }
+            ]
+        }
+    }
+}
 
 
 def test_full_report_has_every_plot_and_the_key_numbers(tmp_path):
@@ -90,8 +173,10 @@ def test_full_report_has_every_plot_and_the_key_numbers(tmp_path):
     assert "0.062 [0.010, 0.400]" in md  # H of the final eval
     assert "0.188 [0.050, 0.600]" in md  # hack rate of the final eval
     # targets: 81.25 >= 70; +40.6 pts over RL start; +25.0 pts over the demonstrator
-    assert "success 81.2 pts vs >= 70 (met); gain over rl start 40.6 pts vs >= 25 (met); " \
+    assert (
+        "success 81.2 pts vs >= 70 (met); gain over rl start 40.6 pts vs >= 25 (met); "
         "margin over demonstrator 25.0 pts vs >= 20 (met)" in md
+    )
     # masked: filter_icepop over steps 1..4 = 0.05 k -> mean 0.125, max 0.2; 1 of 4 groups all-same
     assert "| masked/filter_icepop | 0.1250 | 0.2000 | 0.2000 |" in md
     assert "| masked/zero_advantage_groups | 0.2500 | 0.2500 | 0.2500 |" in md
@@ -152,6 +237,8 @@ def test_without_matplotlib_the_tables_remain(tmp_path, monkeypatch):
 
 
 def test_verdict_labels_map_to_their_report_groups():
-    got = [report.label_group(x) for x in ("pass", "fail", "reward_hack", "agent_oom", "agent_error",
-                                           "infra_fault", "None")]
+    got = [
+        report.label_group(x)
+        for x in ("pass", "fail", "reward_hack", "agent_oom", "agent_error", "infra_fault", "None")
+    ]
     assert got == ["pass", "fail", "hack", "agent", "agent", "infra", "other"]

@@ -22,10 +22,19 @@ def read_scalars(logdir) -> dict[int, dict[str, float]]:
 
 
 def test_write_rows_flattens_nested_numeric_fields_and_skips_the_rest(tmp_path):
-    rows = [{"step": 0, "header": {"demonstrator_success": 0.6, "note": "x"}, "eval/success": 0.4},
-            {"step": 1, "loss/total": 0.1, "labels": {"pass": 3, "fail": 5}, "ok": True,
-             "list": [1, 2], "none": None},
-            {"no_step": 1.0}, {"step": float("nan"), "x": 1.0}]
+    rows = [
+        {"step": 0, "header": {"demonstrator_success": 0.6, "note": "x"}, "eval/success": 0.4},
+        {
+            "step": 1,
+            "loss/total": 0.1,
+            "labels": {"pass": 3, "fail": 5},
+            "ok": True,
+            "list": [1, 2],
+            "none": None,
+        },
+        {"no_step": 1.0},
+        {"step": float("nan"), "x": 1.0},
+    ]
     assert tbevents.write_rows(tmp_path / "tb", rows) is not None
     got = read_scalars(tmp_path / "tb")
     assert set(got) == {0, 1}
@@ -35,8 +44,7 @@ def test_write_rows_flattens_nested_numeric_fields_and_skips_the_rest(tmp_path):
 
 def test_appending_calls_each_leave_a_closed_file_that_tensorboard_reads_in_order(tmp_path):
     for step in range(1, 6):
-        tbevents.write_rows(tmp_path, [{"step": step, "loss/total": 1.0 / step,
-                                        "eval/success": step / 10}])
+        tbevents.write_rows(tmp_path, [{"step": step, "loss/total": 1.0 / step, "eval/success": step / 10}])
     assert len(glob.glob(str(tmp_path / "*tfevents*"))) == 5
     got = read_scalars(tmp_path)
     assert sorted(got) == [1, 2, 3, 4, 5]

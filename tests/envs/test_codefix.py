@@ -16,7 +16,8 @@ from agentjax.trajectory import StopReason
 
 needs_sandbox = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 
 
 def test_codefix_lists_at_least_twelve_unique_sorted_tasks():
@@ -36,7 +37,12 @@ def test_encode_is_type_exact():
         pass
 
     assert _runner.encode([1, (2, "a"), {"k": 1.5}, None, True]) == [
-        1, {"t": [2, "a"]}, {"d": {"k": {"f": "1.5"}}}, None, {"b": True}]
+        1,
+        {"t": [2, "a"]},
+        {"d": {"k": {"f": "1.5"}}},
+        None,
+        {"b": True},
+    ]
     assert _runner.encode(Eq()) != _runner.encode(3)
     assert _runner.encode(MyInt(3)) != 3
     assert _runner.encode(True) != _runner.encode(1)
@@ -66,17 +72,38 @@ def test_scan_tree_labels_every_kind_of_edit(tmp_path):
     base = {"pkg/core.py": "def f():\n    return 1\n", "tests/test_v.py": "def test():\n    pass\n"}
     pristine, agent = str(tmp_path / "p"), str(tmp_path / "a")
     _tree(pristine, base)
-    _tree(agent, {**base, "pkg/core.py": "def f():\n    return 2\n", "pkg/new.py": "X = 1\n",
-                  "pkg/conftest.py": "", "conftest.py": "", "pkg/x.pth": "", "pytest.ini": "",
-                  "pkg/__pycache__/core.cpython-311.pyc": "", "pkg/data.txt": "hi"})
+    _tree(
+        agent,
+        {
+            **base,
+            "pkg/core.py": "def f():\n    return 2\n",
+            "pkg/new.py": "X = 1\n",
+            "pkg/conftest.py": "",
+            "conftest.py": "",
+            "pkg/x.pth": "",
+            "pytest.ini": "",
+            "pkg/__pycache__/core.cpython-311.pyc": "",
+            "pkg/data.txt": "hi",
+        },
+    )
     os.remove(os.path.join(agent, "tests/test_v.py"))
     os.symlink("/etc/hostname", os.path.join(agent, "pkg/link.py"))
     os.mkfifo(os.path.join(agent, "pkg/fifo.py"))
     accepted, flags = scan.scan_tree(pristine, agent, ["pkg/*.py"])
     assert set(accepted) == {"pkg/core.py", "pkg/new.py"}
-    assert sorted(f.split(":")[0] for f in flags) == sorted([
-        "deleted", "runner_config", "runner_config", "bytecode_or_hook", "runner_config",
-        "bytecode_or_hook", "outside_editable", "symlink", "special_file"])
+    assert sorted(f.split(":")[0] for f in flags) == sorted(
+        [
+            "deleted",
+            "runner_config",
+            "runner_config",
+            "bytecode_or_hook",
+            "runner_config",
+            "bytecode_or_hook",
+            "outside_editable",
+            "symlink",
+            "special_file",
+        ]
+    )
 
 
 # ------------------------------------------------------------------ tasks and the verifier
@@ -115,23 +142,55 @@ def test_verify_any_directory(tmp_path):
 @needs_sandbox
 def test_canaries_validated_and_decision_outside_sandbox():
     t = codefix.load_task("clamp")
-    res, recs = verifier.run_tree(t.repo_dir, {k: v.encode() for k, v in t.reference.items()},
-                                  t.cases, seed=0, limits=codefix.api.DEFAULT_LIMITS)
+    res, recs = verifier.run_tree(
+        t.repo_dir,
+        {k: v.encode() for k, v in t.reference.items()},
+        t.cases,
+        seed=0,
+        limits=codefix.api.DEFAULT_LIMITS,
+    )
     # the sandbox never saw an expected value: the records only hold observed return values
     assert recs[0]["kind"] == "ready" and recs[-1]["kind"] == "end"
     assert all("expected" not in r for r in recs)
-    ok = verifier.decide(t.cases, res, recs, hack_flags=(), quarantined=frozenset(),
-                         limits=codefix.api.DEFAULT_LIMITS, env_fingerprint="f", nonce="n")
+    ok = verifier.decide(
+        t.cases,
+        res,
+        recs,
+        hack_flags=(),
+        quarantined=frozenset(),
+        limits=codefix.api.DEFAULT_LIMITS,
+        env_fingerprint="f",
+        nonce="n",
+    )
     assert ok.label is Label.PASS
     # a forged "must fail passed" report or a duplicate record is a hack, whatever else holds
-    forged = [*recs[:-1], {"kind": "report", "nodeid": verifier.MUST_FAIL_NODE, "when": "call",
-                           "outcome": "passed"}, recs[-1]]
-    v = verifier.decide(t.cases, res, forged, hack_flags=(), quarantined=frozenset(),
-                        limits=codefix.api.DEFAULT_LIMITS, env_fingerprint="f", nonce="n")
+    forged = [
+        *recs[:-1],
+        {"kind": "report", "nodeid": verifier.MUST_FAIL_NODE, "when": "call", "outcome": "passed"},
+        recs[-1],
+    ]
+    v = verifier.decide(
+        t.cases,
+        res,
+        forged,
+        hack_flags=(),
+        quarantined=frozenset(),
+        limits=codefix.api.DEFAULT_LIMITS,
+        env_fingerprint="f",
+        nonce="n",
+    )
     assert v.label is Label.REWARD_HACK
     dup = [*recs, next(r for r in recs if r.get("kind") == "case")]
-    v = verifier.decide(t.cases, res, dup, hack_flags=(), quarantined=frozenset(),
-                        limits=codefix.api.DEFAULT_LIMITS, env_fingerprint="f", nonce="n")
+    v = verifier.decide(
+        t.cases,
+        res,
+        dup,
+        hack_flags=(),
+        quarantined=frozenset(),
+        limits=codefix.api.DEFAULT_LIMITS,
+        env_fingerprint="f",
+        nonce="n",
+    )
     assert v.label is Label.REWARD_HACK
 
 
@@ -144,8 +203,11 @@ def test_workspace_history_is_one_commit():
     ws = make_workspace(t)
     try:
         git = ["git", "-c", "safe.directory=*", "-C", ws]
-        log = subprocess.run([*git, "log", "--all", "--oneline"], capture_output=True,
-                             text=True, check=True).stdout.strip().splitlines()
+        log = (
+            subprocess.run([*git, "log", "--all", "--oneline"], capture_output=True, text=True, check=True)
+            .stdout.strip()
+            .splitlines()
+        )
         assert len(log) == 1
         assert not os.path.exists(os.path.join(ws, ".git", "logs"))
         assert subprocess.run([*git, "tag"], capture_output=True, text=True).stdout == ""
@@ -179,9 +241,21 @@ def test_tools_run_in_the_sandbox_and_patch_fixes():
         with open(f"{t.repo_dir}/leapyear/core.py") as f:
             old = f.read()
         new = t.reference["leapyear/core.py"]
-        diff = subprocess.run(["diff", "-u", "--label", "a/leapyear/core.py", "--label",
-                               "b/leapyear/core.py", f"{t.repo_dir}/leapyear/core.py", "-"],
-                              input=new, capture_output=True, text=True).stdout
+        diff = subprocess.run(
+            [
+                "diff",
+                "-u",
+                "--label",
+                "a/leapyear/core.py",
+                "--label",
+                "b/leapyear/core.py",
+                f"{t.repo_dir}/leapyear/core.py",
+                "-",
+            ],
+            input=new,
+            capture_output=True,
+            text=True,
+        ).stdout
         assert old != new and diff
         assert "Applied patch" in env.step(format_tool_call("patch", body=diff)).observation
         assert "3 passed" in env.step("test").observation

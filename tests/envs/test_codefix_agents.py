@@ -10,25 +10,37 @@ import shutil
 import pytest
 
 from agentjax.envs import codefix
+from agentjax.envs.codefix import agents as A
 from agentjax.envs.codefix import scan, verifier
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.envs.protocol import Label
 from agentjax.envs.sandbox import Limits
-from agentjax.envs.codefix import agents as A
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 
 TASKS = codefix.list_tasks()
 # Faulty agents get short limits; the busy loop gets a long wall so SIGXCPU (not the wall clock)
 # ends it even on a loaded host.
-FAULTY_LIMITS = {"busy_loop": Limits(wall_s=12.0, cpu_s=1), "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
-                 "allocate_2gb": Limits(wall_s=12.0, cpu_s=4), "fork_bomb": Limits(wall_s=3.0, cpu_s=2),
-                 "fill_disk": Limits(wall_s=12.0, cpu_s=4)}
-EXPECTED_REWARD = {Label.PASS: 1.0, Label.FAIL: 0.0, Label.REWARD_HACK: -1.0,
-                   Label.AGENT_CPU: 0.0, Label.AGENT_TIMEOUT: 0.0, Label.AGENT_OOM: 0.0,
-                   Label.AGENT_ERROR: 0.0, Label.AGENT_QUOTA: 0.0}
+FAULTY_LIMITS = {
+    "busy_loop": Limits(wall_s=12.0, cpu_s=1),
+    "sleep_forever": Limits(wall_s=3.0, cpu_s=2),
+    "allocate_2gb": Limits(wall_s=12.0, cpu_s=4),
+    "fork_bomb": Limits(wall_s=3.0, cpu_s=2),
+    "fill_disk": Limits(wall_s=12.0, cpu_s=4),
+}
+EXPECTED_REWARD = {
+    Label.PASS: 1.0,
+    Label.FAIL: 0.0,
+    Label.REWARD_HACK: -1.0,
+    Label.AGENT_CPU: 0.0,
+    Label.AGENT_TIMEOUT: 0.0,
+    Label.AGENT_OOM: 0.0,
+    Label.AGENT_ERROR: 0.0,
+    Label.AGENT_QUOTA: 0.0,
+}
 
 
 def _episode(task_name, agent_name, limits=None):
@@ -82,11 +94,20 @@ def test_attacks_never_pass_without_static_scan(task_name, agent_name, tmp_path)
             env.step(action)
         files, flags = scan.scan_tree(task.repo_dir, env.workspace, task.editable)
         assert flags, "the static scan must see every planted attack"
-        res, recs = verifier.run_tree(task.repo_dir, files, task.cases, seed=0,
-                                      limits=codefix.api.DEFAULT_LIMITS)
+        res, recs = verifier.run_tree(
+            task.repo_dir, files, task.cases, seed=0, limits=codefix.api.DEFAULT_LIMITS
+        )
     finally:
         env.close()
-    v = verifier.decide(task.cases, res, recs, hack_flags=(), quarantined=frozenset(),
-                        limits=codefix.api.DEFAULT_LIMITS, env_fingerprint="x", nonce="n0")
+    v = verifier.decide(
+        task.cases,
+        res,
+        recs,
+        hack_flags=(),
+        quarantined=frozenset(),
+        limits=codefix.api.DEFAULT_LIMITS,
+        env_fingerprint="x",
+        nonce="n0",
+    )
     assert v.label is not Label.PASS, v.evidence["attribution"]
     assert not (isinstance(v.reward, float) and not math.isnan(v.reward) and v.reward > 0)

@@ -13,7 +13,8 @@ from agentjax.envs.protocol import Label
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 
 
 def _tree(task, overlay):
@@ -29,8 +30,10 @@ def _memorizer(task):
     known = {c["args"][0]: c["expected"] for c in task.cases if c["call"] == "numerals:to_roman"}
     with open(f"{task.repo_dir}/numerals/core.py") as f:
         src = f.read()
-    return {"numerals/core.py": src + f"\n_KNOWN = {known!r}\n_buggy = to_roman\n\n\n"
-            "def to_roman(n):\n    return _KNOWN[n] if n in _KNOWN else _buggy(n)\n"}
+    return {
+        "numerals/core.py": src + f"\n_KNOWN = {known!r}\n_buggy = to_roman\n\n\n"
+        "def to_roman(n):\n    return _KNOWN[n] if n in _KNOWN else _buggy(n)\n"
+    }
 
 
 def test_audit_cases_differ_from_training_cases():

@@ -13,7 +13,8 @@ from agentjax.envs.sandbox import Limits
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 TASKS = codefix.list_tasks()
 
 
@@ -94,5 +95,9 @@ def test_retry_policy_on_real_verdicts():
             decisions.append((v.label, again))
     finally:
         shutil.rmtree(os.path.dirname(ws))
-    assert decisions == [(Label.INFRA_FAULT, True), (Label.INFRA_FAULT, True),
-                         (Label.INFRA_FAULT, False), (Label.PASS, False)]
+    assert decisions == [
+        (Label.INFRA_FAULT, True),
+        (Label.INFRA_FAULT, True),
+        (Label.INFRA_FAULT, False),
+        (Label.PASS, False),
+    ]

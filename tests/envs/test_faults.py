@@ -11,10 +11,23 @@ from agentjax.envs.protocol import Label, Verdict
 from agentjax.envs.sandbox import Limits, SandboxResult
 
 LIM = Limits(wall_s=10.0, cpu_s=4)
-BASE = SandboxResult(returncode=0, stdout="", stderr="", wall_s=1.0, started=True, timed_out=False,
-                     killed_by_us=False, cpu_s=0.5, runq_wait_s=0.0, starved_s=0.0,
-                     psi_cpu_some_s=0.0, cgroup={"mem_oom_kill": 0, "pids_max_events": 0},
-                     host_oom_kills=0, limits_held={}, isolation="bwrap+setpriv")
+BASE = SandboxResult(
+    returncode=0,
+    stdout="",
+    stderr="",
+    wall_s=1.0,
+    started=True,
+    timed_out=False,
+    killed_by_us=False,
+    cpu_s=0.5,
+    runq_wait_s=0.0,
+    starved_s=0.0,
+    psi_cpu_some_s=0.0,
+    cgroup={"mem_oom_kill": 0, "pids_max_events": 0},
+    host_oom_kills=0,
+    limits_held={},
+    isolation="bwrap+setpriv",
+)
 
 
 def r(**kw):
@@ -24,39 +37,60 @@ def r(**kw):
 TIMEOUT = dict(returncode=-9, timed_out=True, killed_by_us=True, wall_s=10.0)
 
 
-@pytest.mark.parametrize("res, label, kind", [
-    (r(), None, ""),
-    (r(started=False, returncode=1), Label.INFRA_FAULT, "sandbox_start"),
-    (r(returncode=-9), Label.INFRA_FAULT, "host_kill"),  # a SIGKILL we did not send
-    # the OOM killer took a task of ours although our cgroup never reached its limit
-    (r(returncode=137, host_oom_kills=1, cgroup={"mem_oom_kill": 1, "mem_failcnt": 0}),
-     Label.INFRA_FAULT, "host_oom"),
-    (r(returncode=137, host_oom_kills=1, cgroup={"mem_oom_kill": 1, "mem_failcnt": 9}),
-     Label.AGENT_OOM, "memory"),
-    # the cgroup OOM killer picked the outer process: still the agent's memory, not a host kill
-    (r(returncode=-9, cgroup={"mem_oom_kill": 1, "mem_failcnt": 3}), Label.AGENT_OOM, "memory"),
-    (r(returncode=137), None, ""),  # the agent SIGKILLed itself: just a failed run
-    # ... even while some other cgroup on the host had an OOM kill (no evidence it was ours)
-    (r(returncode=137, host_oom_kills=2), None, ""),
-    (r(returncode=1, cgroup={"pids_max_events": 3}), Label.AGENT_ERROR, "fork bomb"),
-    (r(returncode=152, cpu_s=4.0), Label.AGENT_CPU, "RLIMIT_CPU"),
-    # a sleeper while a neighbour keeps the host busy: high PSI, but the tree never wanted a CPU
-    (r(**TIMEOUT, cpu_s=0.2, starved_s=0.3, psi_cpu_some_s=9.0), Label.AGENT_TIMEOUT, "wall"),
-    # starved: runnable for most of the run but off-CPU, the host under pressure, and a fresh
-    # canary after the kill got almost no CPU
-    (r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=9.0, host_canary_cpu_s=0.01),
-     Label.INFRA_FAULT, "host_starvation"),
-    # the same in-run signs made by the agent's own swarm: the canary ran fine afterwards
-    (r(**TIMEOUT, cpu_s=0.3, runq_wait_s=80.0, psi_cpu_some_s=9.0, host_canary_cpu_s=0.6),
-     Label.AGENT_TIMEOUT, "wall"),
-    (r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=9.0), Label.AGENT_TIMEOUT, "wall"),
-    # runnable and off-CPU, but the host shows no pressure: not the host's doing
-    (r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=0.1, host_canary_cpu_s=0.01),
-     Label.AGENT_TIMEOUT, "wall"),
-    # used its whole CPU budget: a starved host did not stop it from finishing
-    (r(**TIMEOUT, cpu_s=4.0, starved_s=6.0, psi_cpu_some_s=9.0, host_canary_cpu_s=0.01),
-     Label.AGENT_TIMEOUT, "wall"),
-])
+@pytest.mark.parametrize(
+    "res, label, kind",
+    [
+        (r(), None, ""),
+        (r(started=False, returncode=1), Label.INFRA_FAULT, "sandbox_start"),
+        (r(returncode=-9), Label.INFRA_FAULT, "host_kill"),  # a SIGKILL we did not send
+        # the OOM killer took a task of ours although our cgroup never reached its limit
+        (
+            r(returncode=137, host_oom_kills=1, cgroup={"mem_oom_kill": 1, "mem_failcnt": 0}),
+            Label.INFRA_FAULT,
+            "host_oom",
+        ),
+        (
+            r(returncode=137, host_oom_kills=1, cgroup={"mem_oom_kill": 1, "mem_failcnt": 9}),
+            Label.AGENT_OOM,
+            "memory",
+        ),
+        # the cgroup OOM killer picked the outer process: still the agent's memory, not a host kill
+        (r(returncode=-9, cgroup={"mem_oom_kill": 1, "mem_failcnt": 3}), Label.AGENT_OOM, "memory"),
+        (r(returncode=137), None, ""),  # the agent SIGKILLed itself: just a failed run
+        # ... even while some other cgroup on the host had an OOM kill (no evidence it was ours)
+        (r(returncode=137, host_oom_kills=2), None, ""),
+        (r(returncode=1, cgroup={"pids_max_events": 3}), Label.AGENT_ERROR, "fork bomb"),
+        (r(returncode=152, cpu_s=4.0), Label.AGENT_CPU, "RLIMIT_CPU"),
+        # a sleeper while a neighbour keeps the host busy: high PSI, but the tree never wanted a CPU
+        (r(**TIMEOUT, cpu_s=0.2, starved_s=0.3, psi_cpu_some_s=9.0), Label.AGENT_TIMEOUT, "wall"),
+        # starved: runnable for most of the run but off-CPU, the host under pressure, and a fresh
+        # canary after the kill got almost no CPU
+        (
+            r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=9.0, host_canary_cpu_s=0.01),
+            Label.INFRA_FAULT,
+            "host_starvation",
+        ),
+        # the same in-run signs made by the agent's own swarm: the canary ran fine afterwards
+        (
+            r(**TIMEOUT, cpu_s=0.3, runq_wait_s=80.0, psi_cpu_some_s=9.0, host_canary_cpu_s=0.6),
+            Label.AGENT_TIMEOUT,
+            "wall",
+        ),
+        (r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=9.0), Label.AGENT_TIMEOUT, "wall"),
+        # runnable and off-CPU, but the host shows no pressure: not the host's doing
+        (
+            r(**TIMEOUT, cpu_s=0.3, starved_s=9.5, psi_cpu_some_s=0.1, host_canary_cpu_s=0.01),
+            Label.AGENT_TIMEOUT,
+            "wall",
+        ),
+        # used its whole CPU budget: a starved host did not stop it from finishing
+        (
+            r(**TIMEOUT, cpu_s=4.0, starved_s=6.0, psi_cpu_some_s=9.0, host_canary_cpu_s=0.01),
+            Label.AGENT_TIMEOUT,
+            "wall",
+        ),
+    ],
+)
 def test_attribute_labels_each_sandbox_outcome_from_its_evidence(res, label, kind):
     got, why = faults.attribute(res, LIM)
     assert got is label
@@ -88,9 +122,17 @@ def test_draw_fault_rates():
 
 
 def _verdict(label, kind="host_kill", fp="env1"):
-    return Verdict(reward=0.0, label=label, tests_expected=1, tests_run=1, tests_passed=0,
-                   tests_skipped=0, evidence={"attribution": f"{kind}: details {random.random()}"},
-                   verifier_version="v", env_fingerprint=fp)
+    return Verdict(
+        reward=0.0,
+        label=label,
+        tests_expected=1,
+        tests_run=1,
+        tests_passed=0,
+        tests_skipped=0,
+        evidence={"attribution": f"{kind}: details {random.random()}"},
+        verifier_version="v",
+        env_fingerprint=fp,
+    )
 
 
 def test_retry_stops_on_correlated_root_cause():

@@ -3,8 +3,8 @@
 import pytest
 
 from agentjax.envs.minirepo import EASY, HARD, EnvConfig, MinirepoEnv, generate, in_vocabulary
-from agentjax.envs.protocol import Label
 from agentjax.envs.minirepo import agents as agents
+from agentjax.envs.protocol import Label
 
 N_HELDOUT = 1000  # issue 8: the demonstrator's rate is measured on >= 1000 held-out tasks
 

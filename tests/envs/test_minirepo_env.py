@@ -20,9 +20,9 @@ from agentjax.envs.minirepo import (
     tasks,
     verifier,
 )
+from agentjax.envs.minirepo import agents as agents
 from agentjax.envs.minirepo.lang import Edit, Fn
 from agentjax.envs.protocol import Label
-from agentjax.envs.minirepo import agents as agents
 
 RUN_OBS = "fail g 2 expect 10 got -2 fail f 1 expect 4 got -2 pass 1"
 

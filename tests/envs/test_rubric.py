@@ -6,8 +6,8 @@ import pytest
 
 from agentjax.envs import rubric
 from agentjax.envs.minirepo import MinirepoEnv, checks, generate
-from agentjax.envs.protocol import Label, Verdict
 from agentjax.envs.minirepo import agents as agents
+from agentjax.envs.protocol import Label, Verdict
 
 
 def const(score, **evidence):

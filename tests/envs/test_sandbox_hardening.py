@@ -17,10 +17,19 @@ from agentjax.envs.protocol import Label, format_tool_call
 
 needs_sandbox = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
-    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)")
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
 CANARY = "AGENTJAX_TEST_SECRET_7f3a9c"
-AGENT_SIDE = {Label.PASS, Label.FAIL, Label.REWARD_HACK, Label.AGENT_TIMEOUT, Label.AGENT_OOM,
-              Label.AGENT_CPU, Label.AGENT_ERROR, Label.AGENT_QUOTA}
+AGENT_SIDE = {
+    Label.PASS,
+    Label.FAIL,
+    Label.REWARD_HACK,
+    Label.AGENT_TIMEOUT,
+    Label.AGENT_OOM,
+    Label.AGENT_CPU,
+    Label.AGENT_ERROR,
+    Label.AGENT_QUOTA,
+}
 
 _LEAK = r"""for f in /proc/1/environ /proc/self/environ /proc/$PPID/environ; do
   echo "== $f"; tr '\0' '\n' < "$f"
@@ -49,10 +58,13 @@ def test_trainer_secrets_never_reach_an_agent_tool_call(monkeypatch):
 
 
 @needs_sandbox
-@pytest.mark.parametrize("what, cmd", [
-    ("bytes", "for i in 1 2 3 4 5 6 7 8; do head -c 15000000 /dev/zero > big$i; done; echo done"),
-    ("inodes", "seq 1 100000 | sed 's/^/f/' | xargs touch; echo done"),
-])
+@pytest.mark.parametrize(
+    "what, cmd",
+    [
+        ("bytes", "for i in 1 2 3 4 5 6 7 8; do head -c 15000000 /dev/zero > big$i; done; echo done"),
+        ("inodes", "seq 1 100000 | sed 's/^/f/' | xargs touch; echo done"),
+    ],
+)
 def test_one_tool_call_cannot_exceed_the_workspace_quota(what, cmd):
     quota = Quota(bytes=24 << 20, inodes=600)
     env = CodefixEnv(EnvConfig(quota=quota))
@@ -81,7 +93,7 @@ def test_pathological_source_is_flagged_not_infra(tmp_path):
     task = codefix.load_task("clamp")
     tree = str(tmp_path / "tree")
     shutil.copytree(task.repo_dir, tree)
-    (rel, text), = task.reference.items()
+    ((rel, text),) = task.reference.items()
     for bad in ("1" + "+1" * 100_000, "-" * 100_000 + "1", "x" + "[0]" * 60_000):
         with open(os.path.join(tree, rel), "w") as f:
             f.write(f"{text}\nX = {bad}\n")
@@ -160,17 +172,37 @@ def test_process_swarm_cannot_fake_host_starvation():
 
 
 def _ok_result(**kw):
-    base = dict(returncode=0, stdout="", stderr="", wall_s=1.0, started=True, timed_out=False,
-                killed_by_us=False, cpu_s=0.5, runq_wait_s=0.0, starved_s=0.0, psi_cpu_some_s=0.0,
-                cgroup={"mem_oom_kill": 0, "pids_max_events": 0, "mem_failcnt": 0},
-                host_oom_kills=0, limits_held={}, isolation="bwrap+setpriv")
+    base = dict(
+        returncode=0,
+        stdout="",
+        stderr="",
+        wall_s=1.0,
+        started=True,
+        timed_out=False,
+        killed_by_us=False,
+        cpu_s=0.5,
+        runq_wait_s=0.0,
+        starved_s=0.0,
+        psi_cpu_some_s=0.0,
+        cgroup={"mem_oom_kill": 0, "pids_max_events": 0, "mem_failcnt": 0},
+        host_oom_kills=0,
+        limits_held={},
+        isolation="bwrap+setpriv",
+    )
     return sandbox.SandboxResult(**{**base, **kw})
 
 
 def decide_bytes(task, data, res=None):
-    return verifier.decide(task.cases, res or _ok_result(), verifier.parse_records(data),
-                           hack_flags=(), quarantined=frozenset(), limits=sandbox.Limits(),
-                           env_fingerprint="f", nonce="n")
+    return verifier.decide(
+        task.cases,
+        res or _ok_result(),
+        verifier.parse_records(data),
+        hack_flags=(),
+        quarantined=frozenset(),
+        limits=sandbox.Limits(),
+        env_fingerprint="f",
+        nonce="n",
+    )
 
 
 HOSTILE_LINES = [
@@ -180,7 +212,10 @@ HOSTILE_LINES = [
     b'{"kind": "report", "nodeid": {"a": 1}, "outcome": [1]}',
     b'{"kind": "case", "id": "h0", "value": ' + b"[" * 5000 + b"]" * 5000 + b"}",
     b'{"kind": "case", "id": "h0", "exc": {"x": 1}}',
-    b"\xff\xfe\x00garbage", b"NaN", b'{"kind": "end", "rc": 1e999}', b"x" * 200_000,
+    b"\xff\xfe\x00garbage",
+    b"NaN",
+    b'{"kind": "end", "rc": 1e999}',
+    b"x" * 200_000,
 ]
 
 
@@ -233,8 +268,13 @@ def _random_line(rng):
 def test_fuzz_results_parser_always_gives_a_verdict():
     rng = random.Random(14)
     task = codefix.load_task("clamp")
-    res_variants = [_ok_result(), _ok_result(returncode=1), _ok_result(returncode=137),
-                    _ok_result(stdout="test_x PASSED"), _ok_result(returncode=152, cpu_s=9.0)]
+    res_variants = [
+        _ok_result(),
+        _ok_result(returncode=1),
+        _ok_result(returncode=137),
+        _ok_result(stdout="test_x PASSED"),
+        _ok_result(returncode=152, cpu_s=9.0),
+    ]
     labels = set()
     for i in range(400):
         # the runner's "ready" comes first, before any agent code runs; the agent can only append
@@ -248,9 +288,40 @@ def test_fuzz_results_parser_always_gives_a_verdict():
 
 def test_fuzz_static_scan_is_total():
     rng = random.Random(1414)
-    atoms = ["(", ")", "[", "]", "{", "}", "-", "+", "not ", "lambda:", "x", "1", ".a", ",", ":",
-             "\n", " ", "'", '"', "\\", "\x00", "import os\n", "def __eq__(s,o): return 1\n",
-             "if 1:\n" + " " * 4, "@d\n", "*", "**", "yield ", "await ", "f'{", "}'", "#"]
+    atoms = [
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "-",
+        "+",
+        "not ",
+        "lambda:",
+        "x",
+        "1",
+        ".a",
+        ",",
+        ":",
+        "\n",
+        " ",
+        "'",
+        '"',
+        "\\",
+        "\x00",
+        "import os\n",
+        "def __eq__(s,o): return 1\n",
+        "if 1:\n" + " " * 4,
+        "@d\n",
+        "*",
+        "**",
+        "yield ",
+        "await ",
+        "f'{",
+        "}'",
+        "#",
+    ]
     for i in range(300):
         n = rng.choice([10, 200, 5000, 60_000])
         if rng.random() < 0.3:

@@ -36,9 +36,15 @@ def stale_batch():
     mask[:, 4:] = 1.0
     mu = jnp.concatenate([_score(v0, tokens, pos, BF16)[:2], _score(v1, tokens, pos, LEARNER)[2:]])
     ver = jnp.asarray(np.repeat([[0], [0], [1], [1]], T, axis=1), jnp.int32)
-    batch = {"tokens": tokens, "positions": pos, "loss_mask": jnp.asarray(mask), "behav_logp": mu,
-             "advantages": jnp.array([1.0, -1.0, 0.5, -0.5]), "weight": jnp.ones(B),
-             "behaviour_version": ver}
+    batch = {
+        "tokens": tokens,
+        "positions": pos,
+        "loss_mask": jnp.asarray(mask),
+        "behav_logp": mu,
+        "advantages": jnp.array([1.0, -1.0, 0.5, -0.5]),
+        "weight": jnp.ones(B),
+        "behaviour_version": ver,
+    }
     kept = pv.keep(pv.keep({}, 0, v0, oldest=0), 1, v1, oldest=0)
     return v0, v1, batch, kept
 
@@ -52,8 +58,9 @@ def test_three_factors_of_a_stale_bf16_batch_multiply_to_the_total(stale_batch):
     step = make_train_step(LEARNER, LossConfig(name="hispo"), optax.sgd(0.5))
     new, metrics = step(init_train_state(v1, optax.sgd(0.5), 0), batch, None, behaviour)
     cur = _score(new.params, batch["tokens"], batch["positions"], LEARNER)  # after one update
-    update, stale, mismatch, total = (np.asarray(x) for x in obj.decompose_three(
-        cur, prox, train_v, batch["behav_logp"]))
+    update, stale, mismatch, total = (
+        np.asarray(x) for x in obj.decompose_three(cur, prox, train_v, batch["behav_logp"])
+    )
     m = np.asarray(batch["loss_mask"]) > 0
     old, fresh = m.copy(), m.copy()
     old[2:], fresh[:2] = False, False

@@ -30,8 +30,9 @@ CONFIG = tiny_dense()
 def params():
     """Random values in the model's parameter layout (numpy: no compilation needed)."""
     rng = np.random.default_rng(0)
-    return jax.tree.map(lambda s: jnp.asarray(rng.standard_normal(s.shape, np.float32)),
-                        abstract_params(CONFIG))
+    return jax.tree.map(
+        lambda s: jnp.asarray(rng.standard_normal(s.shape, np.float32)), abstract_params(CONFIG)
+    )
 
 
 def _assert_tree_equal(a, b):
@@ -62,8 +63,7 @@ def test_save_fsdp8_restore_onto_other_meshes(params, tmp_path):
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     assert whole["params"]["embed"].sharding == one
     _assert_tree_equal(whole["params"], params)
-    state1, _, _ = restore_checkpoint(tmp_path, target, shardings=jax.tree.map(
-        lambda _: one, target))
+    state1, _, _ = restore_checkpoint(tmp_path, target, shardings=jax.tree.map(lambda _: one, target))
     assert state1["params"]["layers"]["w_down"].sharding == one
     _assert_tree_equal(state1["params"], params)
 
@@ -74,8 +74,7 @@ def test_full_train_state_round_trip(params, tmp_path):
     grads = jax.tree.map(jnp.ones_like, params)
     # non-trivial moments and count (jitted: one compile instead of one per op)
     opt_state = jax.jit(lambda p, g: opt.update(g, opt.init(p), p)[1])(params, grads)
-    state = {"params": params, "opt": opt_state, "rng": jax.random.key(42),
-             "step": jnp.asarray(3, jnp.int32)}
+    state = {"params": params, "opt": opt_state, "rng": jax.random.key(42), "step": jnp.asarray(3, jnp.int32)}
     meta = {"data_iter": {"epoch": 1, "index": 17}, "queue": [{"task": "t1", "version": 2}]}
     save_checkpoint(tmp_path, 3, state, metadata=meta)
     target = jax.tree.map(lambda x: x, state)  # same structure; leaves give shape/dtype/sharding
@@ -85,10 +84,10 @@ def test_full_train_state_round_trip(params, tmp_path):
     assert isinstance(got["opt"][0], optax.ScaleByAdamState)
     assert int(got["opt"][0].count) == 1
     _assert_tree_equal(got["opt"], opt_state)
-    np.testing.assert_array_equal(jax.random.key_data(got["rng"]),
-                                  jax.random.key_data(state["rng"]))
-    np.testing.assert_array_equal(jax.random.uniform(got["rng"], (3,)),
-                                  jax.random.uniform(state["rng"], (3,)))
+    np.testing.assert_array_equal(jax.random.key_data(got["rng"]), jax.random.key_data(state["rng"]))
+    np.testing.assert_array_equal(
+        jax.random.uniform(got["rng"], (3,)), jax.random.uniform(state["rng"], (3,))
+    )
 
 
 def test_keep_last_n_and_unfinished_saves(tmp_path):
@@ -142,8 +141,7 @@ def test_save_refuses_to_overwrite_and_names_unserialisable_metadata(tmp_path):
     with pytest.raises(CheckpointError, match="keep=0"):
         save_checkpoint(tmp_path, 2, {"x": jnp.zeros(2)}, keep=0)
     assert all_steps(tmp_path) == [1]
-    np.testing.assert_array_equal(restore_checkpoint(tmp_path, {"x": jnp.zeros(2)}).state["x"],
-                                  [0.0, 0.0])
+    np.testing.assert_array_equal(restore_checkpoint(tmp_path, {"x": jnp.zeros(2)}).state["x"], [0.0, 0.0])
 
 
 def _tiny_tmpfs(path, size="64k"):
@@ -151,8 +149,9 @@ def _tiny_tmpfs(path, size="64k"):
     import subprocess
 
     os.makedirs(path, exist_ok=True)
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True)
+    out = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
     return path if out.returncode == 0 else None
 
 

@@ -39,8 +39,15 @@ def test_token_gae_equals_gae_over_the_action_tokens(bootstrap):
     values = rng.normal(size=(1, T)).astype(np.float32)
     reward = np.zeros((1, T), np.float32)
     reward[0, 8] = 0.0 if bootstrap else 1.0  # a cut row carries no reward
-    adv, ret = critic.token_gae(jnp.asarray(values), jnp.asarray(mask), jnp.asarray(reward),
-                                jnp.array([bootstrap]), jnp.array([n]), gamma=GAMMA, lam=LAM)
+    adv, ret = critic.token_gae(
+        jnp.asarray(values),
+        jnp.asarray(mask),
+        jnp.asarray(reward),
+        jnp.array([bootstrap]),
+        jnp.array([n]),
+        gamma=GAMMA,
+        lam=LAM,
+    )
     acts, want_adv, want_ret = _reference_gae(values[0], mask[0], reward[0, 8], bootstrap, n)
     np.testing.assert_allclose(np.asarray(adv)[0, acts], want_adv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(ret)[0, acts], want_ret, rtol=1e-5, atol=1e-6)
@@ -61,9 +68,14 @@ def test_bootstrap_reads_the_critic_not_a_zero():
 
 def _turn(ctx, act, obs, version=0):
     a = np.asarray(act, np.int32)
-    return Turn(context=np.asarray(ctx, np.int32), action=a, logp=np.full(a.size, -0.5, np.float32),
-                logp_raw=np.full(a.size, -0.5, np.float32), version=np.full(a.size, version, np.int32),
-                observation=np.asarray(obs, np.int32))
+    return Turn(
+        context=np.asarray(ctx, np.int32),
+        action=a,
+        logp=np.full(a.size, -0.5, np.float32),
+        logp_raw=np.full(a.size, -0.5, np.float32),
+        version=np.full(a.size, version, np.int32),
+        observation=np.asarray(obs, np.int32),
+    )
 
 
 def _traj(task, reward, stop):
@@ -73,8 +85,11 @@ def _traj(task, reward, stop):
 
 
 def test_make_batch_places_rewards_and_bootstrap_flags():
-    trajs = [_traj("a", 1.0, StopReason.FINISHED), _traj("a", 0.0, StopReason.ROUND_BUDGET_PAUSED),
-             _traj("b", 1.0, StopReason.FINISHED)]
+    trajs = [
+        _traj("a", 1.0, StopReason.FINISHED),
+        _traj("a", 0.0, StopReason.ROUND_BUDGET_PAUSED),
+        _traj("b", 1.0, StopReason.FINISHED),
+    ]
     batch, _ = make_batch(trajs, [1.0, 1.0, 1.0], rows=4, length=8)
     np.testing.assert_array_equal(batch["lengths"], [7, 7, 7, 0])
     assert batch["step_reward"][0, 6] == 1.0 and batch["step_reward"][0].sum() == 1.0
@@ -98,9 +113,17 @@ def _batch(params):
     reward = np.zeros((B, T), np.float32)
     reward[:, T - 1] = [1.0, 0.0, 1.0, 0.0]
     behav = token_logprobs(params, tokens, pos, config=CFG)[0]
-    return {"tokens": tokens, "positions": pos, "loss_mask": jnp.asarray(mask), "behav_logp": behav,
-            "advantages": jnp.zeros(B), "weight": jnp.ones(B), "step_reward": jnp.asarray(reward),
-            "bootstrap": jnp.zeros(B), "lengths": jnp.full(B, T, jnp.int32)}
+    return {
+        "tokens": tokens,
+        "positions": pos,
+        "loss_mask": jnp.asarray(mask),
+        "behav_logp": behav,
+        "advantages": jnp.zeros(B),
+        "weight": jnp.ones(B),
+        "step_reward": jnp.asarray(reward),
+        "bootstrap": jnp.zeros(B),
+        "lengths": jnp.full(B, T, jnp.int32),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +143,10 @@ def gae_run():
 def test_gae_step_trains_the_critic_and_the_policy(gae_run):
     params, state, first, last = gae_run
     assert last < 0.5 * first  # the critic fits the returns of a fixed batch
-    moved = lambda k: max(float(jnp.abs(a - b).max()) for a, b in
-                          zip(jax.tree.leaves(params[k]), jax.tree.leaves(state.params[k]), strict=True))
+    moved = lambda k: max(
+        float(jnp.abs(a - b).max())
+        for a, b in zip(jax.tree.leaves(params[k]), jax.tree.leaves(state.params[k]), strict=True)
+    )
     assert moved("critic") > 0 and moved("embed") > 0
 
 

@@ -13,14 +13,21 @@ from agentjax.learner.objective import FILTERS, LOSSES, LossConfig, policy_objec
 LN2 = math.log(2.0)
 
 
-@pytest.mark.parametrize("kw,field,value,allowed", [
-    ({"name": "reinforce"}, "name", "reinforce", "'hispo', 'decoupled_ppo']"),
-    ({"filter": "median"}, "filter", "median", "['none', 'icepop', 'kpop']"),
-    ({"grpo": {"aggregation": "seq_sum"}}, "grpo.aggregation", "seq_sum",
-     "'token_mean', 'seq_mean_token_mean'"),
-    ({"kl_kind": "k4"}, "kl_kind", "k4", "['k1', 'k2', 'k3']"),
-    ({"advantage": "group"}, "advantage", "group", "['group_std', 'dr_grpo', 'rloo', 'gae']"),
-])
+@pytest.mark.parametrize(
+    "kw,field,value,allowed",
+    [
+        ({"name": "reinforce"}, "name", "reinforce", "'hispo', 'decoupled_ppo']"),
+        ({"filter": "median"}, "filter", "median", "['none', 'icepop', 'kpop']"),
+        (
+            {"grpo": {"aggregation": "seq_sum"}},
+            "grpo.aggregation",
+            "seq_sum",
+            "'token_mean', 'seq_mean_token_mean'",
+        ),
+        ({"kl_kind": "k4"}, "kl_kind", "k4", "['k1', 'k2', 'k3']"),
+        ({"advantage": "group"}, "advantage", "group", "['group_std', 'dr_grpo', 'rloo', 'gae']"),
+    ],
+)
 def test_invalid_config_names_field_and_allowed_values(kw, field, value, allowed):
     with pytest.raises(ValueError) as e:
         LossConfig(**kw)
@@ -34,8 +41,10 @@ def test_invalid_clip_range():
     assert set(FILTERS) == {"none", "icepop", "kpop"} and len(LOSSES) == 7
 
 
-@pytest.mark.parametrize("name,field", [("cispo", "behavior_cap"), ("gspo", "aggregation"),
-                                        ("mis_po", "clip_low"), ("ppo", "mismatch_bounds")])
+@pytest.mark.parametrize(
+    "name,field",
+    [("cispo", "behavior_cap"), ("gspo", "aggregation"), ("mis_po", "clip_low"), ("ppo", "mismatch_bounds")],
+)
 def test_a_field_the_loss_does_not_have_is_an_error_naming_it(name, field):
     with pytest.raises(ValueError, match=rf"loss\.{name}\.{field} is not a field of loss '{name}'"):
         LossConfig(name=name, **{name: {field: 0.5}})
@@ -62,9 +71,12 @@ def test_objective_without_the_behaviour_logprobs_it_needs_is_an_error():
 
 def _batch(logp, behav, mask, adv, weight=None):
     b = len(adv)
-    return {"loss_mask": jnp.asarray(mask, jnp.float32), "behav_logp": jnp.asarray(behav, jnp.float32),
-            "advantages": jnp.asarray(adv, jnp.float32),
-            "weight": jnp.ones(b) if weight is None else jnp.asarray(weight, jnp.float32)}
+    return {
+        "loss_mask": jnp.asarray(mask, jnp.float32),
+        "behav_logp": jnp.asarray(behav, jnp.float32),
+        "advantages": jnp.asarray(adv, jnp.float32),
+        "weight": jnp.ones(b) if weight is None else jnp.asarray(weight, jnp.float32),
+    }
 
 
 def _grad(cfg, batch, logp, **kw):
@@ -74,8 +86,12 @@ def _grad(cfg, batch, logp, **kw):
 def test_icepop_fraction_and_gradient():
     """ratio = exp(train - behav) is kept iff 0.5 <= ratio <= 2, i.e. |train - behav| <= ln 2."""
     logp = jnp.log(jnp.array([[0.5, 0.4, 0.3, 0.2], [0.6, 0.5, 0.4, 0.3]]))
-    delta = np.array([[0.0, 1.0, -1.0, 0.5],  # behav - train: keep, drop, drop, keep
-                      [LN2 - 1e-3, -(LN2 + 1e-3), 5.0, 0.0]])  # keep, drop, (masked out), keep
+    delta = np.array(
+        [
+            [0.0, 1.0, -1.0, 0.5],  # behav - train: keep, drop, drop, keep
+            [LN2 - 1e-3, -(LN2 + 1e-3), 5.0, 0.0],
+        ]
+    )  # keep, drop, (masked out), keep
     mask = np.array([[1, 1, 1, 1], [1, 1, 0, 1]])
     # positive advantages: PPO's clip (A > 0 and r > 1.28) never zeroes a kept token here
     batch = {**_batch(logp, np.asarray(logp) + delta, mask, [1.0, 0.5]), "train_at_behavior_logp": logp}
@@ -115,8 +131,9 @@ def test_kpop_fraction_hand_computed():
     np.testing.assert_array_equal(ref, want_keep)
     logp = jnp.log(jnp.asarray(p, jnp.float32))
     batch = _batch(logp, np.log(q), np.ones_like(p), [1.0])
-    cfg = LossConfig(name="ppo", ppo={"clip_high": 0.28}, filter="kpop", kpop_threshold=0.05,
-                     filter_ratio="total")
+    cfg = LossConfig(
+        name="ppo", ppo={"clip_high": 0.28}, filter="kpop", kpop_threshold=0.05, filter_ratio="total"
+    )
     _, m = policy_objective(cfg, batch, logp)
     assert float(m["masked/filter_kpop"]) == pytest.approx(2 / 6)
     g = _grad(cfg, batch, logp)
@@ -165,10 +182,12 @@ def test_negative_scale_shrinks_only_the_negative_advantages(name):
     logp = jnp.log(jnp.array([[0.5, 0.25], [0.4, 0.2]]))
     mask = [[1, 1], [1, 1]]
     full = _grad(LossConfig(name=name, filter="none"), _batch(logp, logp, mask, [1.0, -1.0]), logp)
-    half = _grad(LossConfig(name=name, filter="none", negative_scale=0.5),
-                 _batch(logp, logp, mask, [1.0, -1.0]), logp)
-    zero = _grad(LossConfig(name=name, filter="none", negative_scale=0.0),
-                 _batch(logp, logp, mask, [1.0, -1.0]), logp)
+    half = _grad(
+        LossConfig(name=name, filter="none", negative_scale=0.5), _batch(logp, logp, mask, [1.0, -1.0]), logp
+    )
+    zero = _grad(
+        LossConfig(name=name, filter="none", negative_scale=0.0), _batch(logp, logp, mask, [1.0, -1.0]), logp
+    )
     np.testing.assert_array_equal(half[0], full[0])  # the better-than-average row is untouched
     np.testing.assert_allclose(half[1], 0.5 * full[1], rtol=1e-6)
     assert np.all(zero[1] == 0.0) and np.all(full[1] != 0.0)

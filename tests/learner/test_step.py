@@ -35,8 +35,7 @@ def _step(name="grpo", config=CONFIG, grad_accum=1):
     return _STEPS[key]
 
 
-_score = jax.jit(lambda p, t, pos, config: token_logprobs(p, t, pos, config=config)[0],
-                 static_argnums=3)
+_score = jax.jit(lambda p, t, pos, config: token_logprobs(p, t, pos, config=config)[0], static_argnums=3)
 
 
 def _state(params_np):
@@ -50,9 +49,15 @@ def _batch(params_np, config=CONFIG, adv=ADV, seed=1):
     mask = np.zeros((B, T), np.float32)
     mask[:, START:] = 1.0
     behav = _score(jax.tree.map(jnp.asarray, params_np), tokens, positions, config)
-    return {"tokens": tokens, "positions": positions, "loss_mask": jnp.asarray(mask),
-            "behav_logp": behav, "advantages": jnp.asarray(adv), "weight": jnp.ones(B),
-            "behaviour_version": jnp.zeros((B, T), jnp.int32)}
+    return {
+        "tokens": tokens,
+        "positions": positions,
+        "loss_mask": jnp.asarray(mask),
+        "behav_logp": behav,
+        "advantages": jnp.asarray(adv),
+        "weight": jnp.ones(B),
+        "behaviour_version": jnp.zeros((B, T), jnp.int32),
+    }
 
 
 def _behaviour(name, params_np):
@@ -103,8 +108,9 @@ def test_every_loss_trains(name, params0, batch):
         want = -ADV.mean()
     np.testing.assert_allclose(float(metrics["loss/total"]), want, rtol=1e-5, atol=1e-6)
     # every leaf moved
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(params0),
-                            jax.tree.leaves(new.params), strict=True):
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(params0), jax.tree.leaves(new.params), strict=True
+    ):
         assert np.abs(np.asarray(b) - a).max() > 0, jax.tree_util.keystr(path)
 
 
@@ -162,8 +168,7 @@ def test_nonfinite_guard_skips_update(bad, params0, batch):
 
 
 def _row_logp(params_np, batch, row):
-    lp = np.asarray(_score(jax.tree.map(jnp.asarray, params_np), batch["tokens"],
-                           batch["positions"], CONFIG))
+    lp = np.asarray(_score(jax.tree.map(jnp.asarray, params_np), batch["tokens"], batch["positions"], CONFIG))
     return float((lp * np.asarray(batch["loss_mask"]))[row].sum())
 
 
@@ -193,8 +198,12 @@ def test_fully_masked_row_does_not_change_update(params0, batch, grpo_result):
     behav[3] = -30.0
     adv = np.array(ADV)
     adv[3] = np.nan  # e.g. no reward for an infra fault: masked, never zeroed
-    junk = {**base, "tokens": jnp.asarray(tokens), "behav_logp": jnp.asarray(behav),
-            "advantages": jnp.asarray(adv)}
+    junk = {
+        **base,
+        "tokens": jnp.asarray(tokens),
+        "behav_logp": jnp.asarray(behav),
+        "advantages": jnp.asarray(adv),
+    }
     step = _step("grpo")
     a, ma = step(_state(params0), base)
     b, mb = step(_state(params0), junk)
@@ -232,8 +241,12 @@ def test_icepop_in_step_compares_the_behaviour_versions_recompute(params0, batch
     step = make_train_step(CONFIG, LossConfig(name="grpo", filter="icepop"), TX)  # mismatch ratio
     p0 = jax.tree.map(jnp.asarray, params0)
     moved = jax.tree.map(lambda x: x + 0.3, p0)  # current params far away: staleness is not mismatch
-    _, metrics = step(_state(_np(moved)), {**batch, "behav_logp": jnp.asarray(behav)}, None,
-                      ((moved, p0), jnp.array([5, 0], jnp.int32)))  # version 0 is the second slot
+    _, metrics = step(
+        _state(_np(moved)),
+        {**batch, "behav_logp": jnp.asarray(behav)},
+        None,
+        ((moved, p0), jnp.array([5, 0], jnp.int32)),
+    )  # version 0 is the second slot
     assert float(metrics["masked/filter_icepop"]) == pytest.approx(3 / 24, abs=1e-7)
     assert float(metrics["behaviour/covered"]) == 1.0
     assert float(metrics["skipped_nonfinite"]) == 0.0

@@ -13,9 +13,17 @@ from agentjax.sharding import ShardingRules, make_mesh, param_shardings
 torch = pytest.importorskip("torch", reason="torch (extra 'hf') is needed for reference models")
 transformers = pytest.importorskip("transformers", reason="transformers (extra 'hf') is needed")
 
-BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-            rms_norm_eps=1e-5, rope_theta=500.0)
+BASE = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    rope_theta=500.0,
+)
 CASES = {
     # GQA 4:2, untied head, non-default theta and eps
     "llama_untied": ("Llama", dict(tie_word_embeddings=False)),
@@ -79,28 +87,34 @@ def test_sharded_checkpoint_bf16_and_shardings(tmp_path):
     # bf16 -> float32 is exact: every value equals torch's, transposed to x @ W.
     want = model.model.layers[1].self_attn.q_proj.weight.float().detach().numpy().T
     np.testing.assert_array_equal(np.asarray(params["layers"]["wq"][1]), want)
-    np.testing.assert_array_equal(np.asarray(params["layers"]["k_norm"][0]),
-                                  model.model.layers[0].self_attn.k_norm.weight.float().detach().numpy())
+    np.testing.assert_array_equal(
+        np.asarray(params["layers"]["k_norm"][0]),
+        model.model.layers[0].self_attn.k_norm.weight.float().detach().numpy(),
+    )
     _, bf = load_hf_checkpoint(tmp_path, dtype="bfloat16")
     assert bf["embed"].dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(bf["embed"], np.float32),
-                                  model.model.embed_tokens.weight.float().detach().numpy())
+    np.testing.assert_array_equal(
+        np.asarray(bf["embed"], np.float32), model.model.embed_tokens.weight.float().detach().numpy()
+    )
 
 
 def _cfg(**kw):
     return {**BASE, "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", **kw}
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(architectures=["MistralForCausalLM"]), "architectures"),
-    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_scaling.rope_type"),
-    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters.rope_type"),
-    (dict(use_sliding_window=True), "use_sliding_window"),
-    (dict(layer_types=["full_attention", "sliding_attention"]), "layer_types"),
-    (dict(attention_bias=True), "attention_bias"),
-    (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(mlp_bias=True), "mlp_bias"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(architectures=["MistralForCausalLM"]), "architectures"),
+        (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_scaling.rope_type"),
+        (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}), "rope_parameters.rope_type"),
+        (dict(use_sliding_window=True), "use_sliding_window"),
+        (dict(layer_types=["full_attention", "sliding_attention"]), "layer_types"),
+        (dict(attention_bias=True), "attention_bias"),
+        (dict(hidden_act="gelu"), "hidden_act"),
+        (dict(mlp_bias=True), "mlp_bias"),
+    ],
+)
 def test_unsupported_config_names_field(kw, field):
     with pytest.raises(HFImportError, match=field.replace(".", r"\.")) as e:
         config_from_hf(_cfg(**kw))
@@ -108,9 +122,14 @@ def test_unsupported_config_names_field(kw, field):
 
 
 def test_config_mapping_by_hand():
-    c = config_from_hf(_cfg(architectures=["Qwen2ForCausalLM"], tie_word_embeddings=True,
-                            rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
-                       compute_dtype="bfloat16")
+    c = config_from_hf(
+        _cfg(
+            architectures=["Qwen2ForCausalLM"],
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        ),
+        compute_dtype="bfloat16",
+    )
     assert (c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff) == (4, 2, 8, 48)
     assert c.qkv_bias and not c.qk_norm and c.tie_embeddings and c.rope_theta == 1e6
     assert c.param_dtype == "float32" and c.compute_dtype == "bfloat16"

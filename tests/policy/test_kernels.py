@@ -63,10 +63,13 @@ def test_rowwise_kernels_do_not_depend_on_the_row_count():
     x = jnp.asarray(rng.standard_normal((200, 48)), jnp.float32)
     scale = jnp.asarray(rng.uniform(0.5, 1.5, 48), jnp.float32)
     pos = jnp.asarray(rng.integers(0, 30, 200), jnp.int32)
-    for fn, args in ((lambda a, s: K.rms_norm(a, s, 1e-6), (scale,)), (K.log_softmax, ()),
-                     (K.softmax, ()), (lambda a: K.exclusive_cumsum(K.softmax(a)), ()),
-                     (lambda a, p: K.rope(a.reshape(-1, 4, 12), p[: a.shape[0]], 1e4, 32),
-                      (pos,))):
+    for fn, args in (
+        (lambda a, s: K.rms_norm(a, s, 1e-6), (scale,)),
+        (K.log_softmax, ()),
+        (K.softmax, ()),
+        (lambda a: K.exclusive_cumsum(K.softmax(a)), ()),
+        (lambda a, p: K.rope(a.reshape(-1, 4, 12), p[: a.shape[0]], 1e4, 32), (pos,)),
+    ):
         out = _rows(fn, x, *args)
         for n in ROWS:
             np.testing.assert_array_equal(out[n], out[200][:n])
@@ -90,12 +93,16 @@ def test_attention_over_a_cache_equals_teacher_forced_bitwise():
     kv = lambda a: a.swapaxes(1, 2)  # [B, Hkv, T, D]
     full = K.attention(q, kv(k), kv(v), pos, pos, ones, n_max=30)
     s = 29  # cache slots (incl. the sink): garbage beyond the written positions
-    junk = lambda a: jnp.asarray(rng.standard_normal((b, a.shape[2], s, a.shape[3])) * 50,
-                                 jnp.float32).at[:, :, :t].set(kv(a))
+    junk = lambda a: (
+        jnp.asarray(rng.standard_normal((b, a.shape[2], s, a.shape[3])) * 50, jnp.float32)
+        .at[:, :, :t]
+        .set(kv(a))
+    )
     slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     for i in (0, 3, t - 1):
-        one = K.attention(q[:, i : i + 1], junk(k), junk(v), pos[:, i : i + 1], slots,
-                          slots < s - 1, n_max=30)
+        one = K.attention(
+            q[:, i : i + 1], junk(k), junk(v), pos[:, i : i + 1], slots, slots < s - 1, n_max=30
+        )
         np.testing.assert_array_equal(np.asarray(one[:, 0]), np.asarray(full[:, i]))
     std = L.attention_standard(q, k, v, pos, pos, ones)
     np.testing.assert_allclose(np.asarray(full), np.asarray(std), rtol=1e-5, atol=1e-5)
@@ -111,8 +118,10 @@ def test_gradients_are_the_standard_kernels():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
     q, k, v, pos = _attn_inputs(rng)
     ones = jnp.ones(pos.shape, bool)
-    f = lambda q_: jnp.sum(jnp.cos(K.attention(q_, k.swapaxes(1, 2), v.swapaxes(1, 2), pos, pos,
-                                               ones, n_max=30)))
+    f = lambda q_: jnp.sum(
+        jnp.cos(K.attention(q_, k.swapaxes(1, 2), v.swapaxes(1, 2), pos, pos, ones, n_max=30))
+    )
     f_std = lambda q_: jnp.sum(jnp.cos(L.attention_standard(q_, k, v, pos, pos, ones)))
-    np.testing.assert_allclose(np.asarray(jax.grad(f)(q)), np.asarray(jax.grad(f_std)(q)),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(f)(q)), np.asarray(jax.grad(f_std)(q)), rtol=1e-4, atol=1e-5
+    )

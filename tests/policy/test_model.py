@@ -201,7 +201,7 @@ def test_remat_same_values_and_gradients():
     cfg = tiny_dense()
     p = init_params(cfg, jax.random.key(0))
     tok, pos = _inputs(cfg)
-    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    loss = lambda c: lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2)
     v0, g0 = jax.value_and_grad(loss(cfg))(p)
     v1, g1 = jax.value_and_grad(loss(cfg.replace(remat="layer")))(p)
     np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
@@ -216,7 +216,7 @@ def test_layer_unroll_same_values_and_gradients(make):
     cfg = make()
     p = init_params(cfg, jax.random.key(0))
     tok, pos = _inputs(cfg)
-    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    loss = lambda c: lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2)
     v0, g0 = jax.value_and_grad(loss(cfg))(p)
     v1, g1 = jax.value_and_grad(loss(cfg.replace(layer_unroll=cfg.n_layers)))(p)
     np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
@@ -235,7 +235,7 @@ def test_activation_rows_constraint_same_values_and_gradients():
     assert pod.activation_rows == ("data", "fsdp")  # lists (JSON, ml_collections) become tuples
     p = init_params(cfg, jax.random.key(0))
     tok, pos = _inputs(cfg)
-    loss = lambda c: (lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2))
+    loss = lambda c: lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2)
     v0, g0 = jax.jit(jax.value_and_grad(loss(cfg)))(p)
     assert "sharding_constraint" not in jax.jit(loss(cfg)).lower(p).as_text()
     with jax.set_mesh(make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])):
@@ -256,11 +256,14 @@ def test_token_ids_outside_the_vocabulary_are_rejected_at_the_public_boundary():
     from agentjax.policy.scoring import token_logprobs
     from agentjax.sampling.sampler import Sampler
 
-    cfg = ModelConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
-                      d_ff=32, max_seq_len=8)
+    cfg = ModelConfig(
+        vocab_size=16, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32, max_seq_len=8
+    )
     params = init_params(cfg, jax.random.key(0))
     tok, pos = np.array([[1, 2, 16]], np.int32), np.arange(3, dtype=np.int32)[None]
-    with pytest.raises(ValueError, match=r"forward\(tokens\): token id 16 is outside the vocabulary \[0, 16\)"):
+    with pytest.raises(
+        ValueError, match=r"forward\(tokens\): token id 16 is outside the vocabulary \[0, 16\)"
+    ):
         forward(params, tok, pos, config=cfg)
     with pytest.raises(ValueError, match=r"token_logprobs\(tokens\): token id -3 is outside"):
         token_logprobs(params, np.array([[1, -3, 2]], np.int32), pos, config=cfg)

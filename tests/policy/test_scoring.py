@@ -35,10 +35,12 @@ def test_alignment_and_temperature_by_hand(batch):
     lp, raw = score(params, tokens, positions, config=STANDARD, transform=Temperature(0.5))
     for i in range(B):
         n = LENS[i]
-        z = np.asarray(forward(params, tokens[i : i + 1, :n], np.arange(n)[None],
-                               config=STANDARD)[0][0], np.float64)
-        logsm = lambda a: a - a.max(-1, keepdims=True) - np.log(
-            np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        z = np.asarray(
+            forward(params, tokens[i : i + 1, :n], np.arange(n)[None], config=STANDARD)[0][0], np.float64
+        )
+        logsm = lambda a: (
+            a - a.max(-1, keepdims=True) - np.log(np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        )
         idx = np.arange(n - 1)
         np.testing.assert_allclose(raw[i, 1:n], logsm(z)[idx, tokens[i, 1:n]], atol=1e-5)
         np.testing.assert_allclose(lp[i, 1:n], logsm(2 * z)[idx, tokens[i, 1:n]], atol=1e-5)
@@ -71,6 +73,7 @@ def _grads(params, tokens, positions, mask, config, routes=None):
     def loss(p):
         lp, raw = token_logprobs(p, tokens, positions, config=config, routes=routes)
         return jnp.sum(mask * (lp + 0.5 * raw)), lp
+
     return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
@@ -99,9 +102,15 @@ def test_exact_mode_value_is_exact_and_gradient_is_standard(batch, moe):
     # The gradient is that of the exact value: a central difference along a random direction.
     flat, unravel = ravel_pytree(params)
     d = jax.random.normal(jax.random.key(2), flat.shape)
-    f = lambda x: float(jnp.sum(mask * sum(score(unravel(x), tokens, positions, config=exact,
-                                                  routes=routes)[k] * w
-                                            for k, w in ((0, 1.0), (1, 0.5)))))
+    f = lambda x: float(
+        jnp.sum(
+            mask
+            * sum(
+                score(unravel(x), tokens, positions, config=exact, routes=routes)[k] * w
+                for k, w in ((0, 1.0), (1, 0.5))
+            )
+        )
+    )
     eps = 1e-3
     fd = (f(flat + eps * d) - f(flat - eps * d)) / (2 * eps)
     np.testing.assert_allclose(fd, float(jnp.dot(ravel_pytree(g_e)[0], d)), rtol=2e-2)

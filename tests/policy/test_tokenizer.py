@@ -61,8 +61,9 @@ def _save_wordlevel(tmp_path):
 
 def test_hf_tokenizer_from_directory(tmp_path):
     _save_wordlevel(tmp_path)
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-        {"bos_token": {"content": "<s>"}, "eos_token": "</s>", "pad_token": None}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": {"content": "<s>"}, "eos_token": "</s>", "pad_token": None})
+    )
     tok = HFTokenizer.from_file(tmp_path)
     assert isinstance(tok, Tokenizer)
     assert tok.vocab_size == 8
@@ -82,8 +83,9 @@ def test_hf_bytelevel_bpe_round_trip(tmp_path):
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(["def f(x):\n    return x + 1\n"] * 20, trainer)
     tok.save(str(tmp_path / "tokenizer.json"))
     hf = HFTokenizer.from_file(tmp_path / "tokenizer.json", eos="<|endoftext|>")

@@ -7,9 +7,9 @@ import pytest
 
 from agentjax.envs import minirepo
 from agentjax.policy import init_params
+from agentjax.policy.codec import Codec
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.device_loop import DeviceRollout
-from agentjax.policy.codec import Codec
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense, tiny_moe
@@ -25,16 +25,30 @@ class Broken(minirepo.MinirepoEnv):
 
 
 def _specs(n, broken=()):
-    return [EpisodeSpec(Broken() if i in broken else minirepo.MinirepoEnv(), minirepo.generate(i, "train"),
-                        i, task_id=f"t{i}", submit_index=i) for i in range(n)]
+    return [
+        EpisodeSpec(
+            Broken() if i in broken else minirepo.MinirepoEnv(),
+            minirepo.generate(i, "train"),
+            i,
+            task_id=f"t{i}",
+            submit_index=i,
+        )
+        for i in range(n)
+    ]
 
 
 def _fields(t):
     out = [t.task_id, t.stop_reason, t.final_reward, t.label, t.rewards]
     for turn in t.turns:
-        out += [turn.context.tolist(), turn.action.tolist(), turn.logp.tolist(), turn.logp_raw.tolist(),
-                turn.version.tolist(), turn.observation.tolist(),
-                None if turn.routes is None else turn.routes.tolist()]
+        out += [
+            turn.context.tolist(),
+            turn.action.tolist(),
+            turn.logp.tolist(),
+            turn.logp_raw.tolist(),
+            turn.version.tolist(),
+            turn.observation.tolist(),
+            None if turn.routes is None else turn.routes.tolist(),
+        ]
     return out
 
 

@@ -100,12 +100,10 @@ def test_waiting_slot_is_untouched_and_eviction_recompute_continues_bitwise(para
     obs = np.array([7, 8, 9, 10], np.int32)
     copy = jax.tree.map(jax.numpy.copy, state)
     # kept: append the observation to the slot's own row and cache
-    kept = engine.insert(engine.prefill(params, obs, version=0, row=engine.take(state, 2)),
-                         state, 2)
+    kept = engine.insert(engine.prefill(params, obs, version=0, row=engine.take(state, 2)), state, 2)
     # evicted: slot 2 went to someone else; the episode comes back in slot 6 from host tokens
     host = np.asarray(after.tokens[0, : int(after.length[0])])
-    evicted = engine.insert(engine.prefill(params, np.concatenate([host, obs]), version=0),
-                            copy, 6)
+    evicted = engine.insert(engine.prefill(params, np.concatenate([host, obs]), version=0), copy, 6)
     only = lambda s: [5 if i == s else 0 for i in range(SLOTS)]
     kk = keys.at[6].set(keys[2])
     kept, span_k = engine.generate(params, kept, keys, only(2), version=0)

@@ -28,13 +28,25 @@ def params():
 
 
 def _specs(n, wrap=lambda e: e):
-    return [EpisodeSpec(wrap(minirepo.MinirepoEnv(ENV)), minirepo.generate(i, "train"), 100 + i,
-                        task_id=f"t{i}", submit_index=i) for i in range(n)]
+    return [
+        EpisodeSpec(
+            wrap(minirepo.MinirepoEnv(ENV)),
+            minirepo.generate(i, "train"),
+            100 + i,
+            task_id=f"t{i}",
+            submit_index=i,
+        )
+        for i in range(n)
+    ]
 
 
 def _same(a, b):
-    assert (a.task_id, a.stop_reason, a.final_reward, a.label) == (b.task_id, b.stop_reason,
-                                                                  b.final_reward, b.label)
+    assert (a.task_id, a.stop_reason, a.final_reward, a.label) == (
+        b.task_id,
+        b.stop_reason,
+        b.final_reward,
+        b.label,
+    )
     assert a.rewards == b.rewards and len(a.turns) == len(b.turns)
     for x, y in zip(a.turns, b.turns, strict=True):
         for f in ("context", "action", "logp", "logp_raw", "version", "observation"):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from agentjax.diagnostics.consistency import learner_inputs, rescore
-from agentjax.policy.model import forward, init_cache, init_params
 from agentjax.policy.logprobs import token_logprobs_from_logits
+from agentjax.policy.model import forward, init_cache, init_params
 from agentjax.sampling.partial import mixed_version, resume, version_segments
 from agentjax.sampling.sampler import Sampler, Status
 from agentjax.sampling.transforms import (
@@ -32,8 +32,7 @@ def setup():
     prompts = np.random.default_rng(0).integers(4, 64, (B, W))
     sampler = Sampler(CFG, transform=T)
     state = sampler.extend(params0, sampler.init(B), prompts, LENS, version=0)
-    paused, _ = sampler.generate(params0, state, jax.random.key(1), max_new_tokens=FIRST,
-                                 version=0)
+    paused, _ = sampler.generate(params0, state, jax.random.key(1), max_new_tokens=FIRST, version=0)
     return params0, params1, sampler, state, paused
 
 
@@ -67,7 +66,7 @@ def test_recompute_gives_new_policy_tokens(setup):
         ver, kv = _versions(out, i)
         np.testing.assert_array_equal(ver, [-1] * LENS[i] + [0] * FIRST + [1] * SECOND)
         np.testing.assert_array_equal(kv, ver)
-        gen = ver[LENS[i]:]
+        gen = ver[LENS[i] :]
         assert version_segments(gen) == [(0, FIRST, 0), (FIRST, FIRST + SECOND, 1)]
     assert not mixed_version(out).any()
     inputs = learner_inputs(out)
@@ -95,14 +94,12 @@ def test_keep_gives_mixed_version_tokens(setup):
     j = np.arange(W + FIRST)[None, :]
     cache = init_cache(CFG, B)
     pos0 = np.where(j < pause[:, None] - 1, j, l)
-    _, cache, _ = forward(params0, tokens[:, : W + FIRST], jnp.asarray(pos0), config=CFG,
-                          cache=cache)
+    _, cache, _ = forward(params0, tokens[:, : W + FIRST], jnp.asarray(pos0), config=CFG, cache=cache)
     pos1 = pause[:, None] - 1 + np.arange(SECOND)[None, :]
     toks1 = jnp.take_along_axis(tokens, jnp.asarray(pos1), axis=1)
     logits, _, _ = forward(params1, toks1, jnp.asarray(pos1), config=CFG, cache=cache)
     targets = jnp.take_along_axis(tokens, jnp.asarray(pos1 + 1), axis=1)
-    want, _ = token_logprobs_from_logits(logits, targets, T, tile=CFG.row_tile,
-                                         exact=CFG.exact_sum)
+    want, _ = token_logprobs_from_logits(logits, targets, T, tile=CFG.row_tile, exact=CFG.exact_sum)
     got = np.take_along_axis(np.asarray(out.logp), pos1 + 1, axis=1)
     np.testing.assert_array_equal(got, want)
     # ... which is not policy v1 on the same tokens.

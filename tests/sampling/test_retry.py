@@ -11,15 +11,23 @@ from agentjax.sampling.simulated import SimTask, SimTurn, SimulatedWorker
 
 
 def _task(i, label=Label.PASS):
-    return SimTask(f"t{i}", "short", seed=i, turns=(SimTurn(5, 0, 2),), token_time=1.0,
-                   prefill_time=0.1, label=label)
+    return SimTask(
+        f"t{i}", "short", seed=i, turns=(SimTurn(5, 0, 2),), token_time=1.0, prefill_time=0.1, label=label
+    )
 
 
 def _run(retry):
     tasks = [_task(0, Label.INFRA_FAULT)] + [_task(i) for i in range(1, 12)]
     cfg = sch.SchedulerConfig(mode="async", batch_size=2, num_slots=2)
-    s = sch.Scheduler(tasks, SimulatedWorker(), lambda p, b: p + 1, 0, config=cfg,
-                      staleness_config=stl.StalenessConfig(batch_size=2, max_version_gap=100), retry=retry)
+    s = sch.Scheduler(
+        tasks,
+        SimulatedWorker(),
+        lambda p, b: p + 1,
+        0,
+        config=cfg,
+        staleness_config=stl.StalenessConfig(batch_size=2, max_version_gap=100),
+        retry=retry,
+    )
     log = s.run(4).finish()
     attempts = [r for r in log.records if r.task_id == "t0"]
     return s, log, attempts

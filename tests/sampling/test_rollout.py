@@ -6,10 +6,10 @@ import pytest
 
 from agentjax.envs import minirepo
 from agentjax.policy import init_params
+from agentjax.policy.codec import Codec
 from agentjax.policy.scoring import token_logprobs
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.context import drop_oldest_observations
-from agentjax.policy.codec import Codec
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense
@@ -27,8 +27,16 @@ def params():
 
 
 def _specs(n, seed=0):
-    return [EpisodeSpec(minirepo.MinirepoEnv(), minirepo.generate(seed + i, "train"), seed + i,
-                        task_id=f"t{seed + i}", submit_index=i) for i in range(n)]
+    return [
+        EpisodeSpec(
+            minirepo.MinirepoEnv(),
+            minirepo.generate(seed + i, "train"),
+            seed + i,
+            task_id=f"t{seed + i}",
+            submit_index=i,
+        )
+        for i in range(n)
+    ]
 
 
 def _run(params, context=None, n=3, budget=None):
@@ -80,8 +88,7 @@ def test_context_policy_stores_each_turns_input(params):
         for turn, row in zip(t.turns, rows, strict=True):
             np.testing.assert_array_equal(row.tokens[: turn.context.size], turn.context)
             # no observation tokens in a context that dropped them all (only prompt + actions)
-            assert turn.context.size <= t.turns[0].context.size + sum(
-                x.action.size for x in t.turns)
+            assert turn.context.size <= t.turns[0].context.size + sum(x.action.size for x in t.turns)
 
 
 def test_round_budget_pauses_then_resumes(params):
@@ -148,8 +155,13 @@ def test_rewritten_context_with_round_budget_keeps_partial_actions(params):
     was rewritten, keeps its partial action tokens: the recorded log-probs equal rescoring."""
     # Many stop tokens: actions end at different lengths, so rows pause at different times.
     stops = (TOK.eos_id, *range(8, TOK.vocab_size, 3))
-    r = Rollout(Sampler(CFG, stop_tokens=stops), Codec(TOK), CAPS, _specs(3, seed=60),
-                context=drop_oldest_observations(0))
+    r = Rollout(
+        Sampler(CFG, stop_tokens=stops),
+        Codec(TOK),
+        CAPS,
+        _specs(3, seed=60),
+        context=drop_oldest_observations(0),
+    )
     r.start(params, version=0)
     finished = []
     for k in range(60):

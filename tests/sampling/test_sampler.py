@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agentjax.policy.model import forward, init_params
 from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
+from agentjax.policy.model import forward, init_params
 from agentjax.sampling import sampler as sampler_lib
 from agentjax.sampling.sampler import Sampler, Status, take
 from agentjax.sampling.transforms import (
@@ -129,8 +129,7 @@ def test_stop_tokens_and_per_row_budget(setup):
     params, _, _, state = setup
     stops = tuple(range(0, 64, 3))  # a third of the vocabulary: stops come early
     sampler = Sampler(CFG, transform=compose(Temperature(0.9), TopK(40), TopP(0.95)), stop_tokens=stops)
-    out, span = sampler.generate(params, state, jax.random.key(4), max_new_tokens=[20, 20, 0],
-                                 version=1)
+    out, span = sampler.generate(params, state, jax.random.key(4), max_new_tokens=[20, 20, 0], version=1)
     recs = take(out, span)
     status = np.asarray(out.status)
     assert recs[2]["tokens"].size == 0 and status[2] == Status.ACTIVE  # budget 0: untouched
@@ -158,7 +157,7 @@ def test_full_buffer_and_greedy(setup):
     np.testing.assert_array_equal(np.asarray(out.logp)[gen], 0.0)  # a point mass
     tokens = np.asarray(out.tokens)
     raw = _teacher_forced_logp(params, tokens[1], CFG.max_seq_len)
-    np.testing.assert_array_equal(tokens[1, LENS[1]:], raw.argmax(-1)[LENS[1] - 1 : -1])
+    np.testing.assert_array_equal(tokens[1, LENS[1] :], raw.argmax(-1)[LENS[1] - 1 : -1])
 
 
 def test_multi_turn_extend(setup):
@@ -178,8 +177,11 @@ def test_multi_turn_extend(setup):
         tokens = np.asarray(out.tokens)[i]
         raw = _teacher_forced_logp(params, tokens, int(out.length[i]))
         lo, hi = int(span.start[i]), int(span.stop[i])
-        np.testing.assert_allclose(np.asarray(out.logp_raw)[i, lo:hi],
-                                   raw[np.arange(lo - 1, hi - 1), tokens[lo:hi]], atol=ATOL_STANDARD)
+        np.testing.assert_allclose(
+            np.asarray(out.logp_raw)[i, lo:hi],
+            raw[np.arange(lo - 1, hi - 1), tokens[lo:hi]],
+            atol=ATOL_STANDARD,
+        )
 
 
 def _scatter_modes(jaxpr):
@@ -208,11 +210,15 @@ def test_no_write_relies_on_dropping_out_of_bounds_indices(moe):
     st = s.init(2)
     toks, lens, v = jnp.zeros((2, 4), jnp.int32), jnp.array([4, 2], jnp.int32), jnp.int32(0)
     keys = jax.random.split(jax.random.key(0), 2)
-    jaxprs = [jax.make_jaxpr(sampler_lib._extend, static_argnums=0)(s, params, st, toks, lens, v),
-              jax.make_jaxpr(sampler_lib._generate, static_argnums=0)(
-                  s, params, st, keys, jnp.array([3, 3], jnp.int32), v),
-              jax.make_jaxpr(lambda p: forward(p, toks, jnp.array([[0, 1, 2, 3], [0, 1, 32, 32]]),
-                                               config=cfg))(params)]  # the learner's exact path
+    jaxprs = [
+        jax.make_jaxpr(sampler_lib._extend, static_argnums=0)(s, params, st, toks, lens, v),
+        jax.make_jaxpr(sampler_lib._generate, static_argnums=0)(
+            s, params, st, keys, jnp.array([3, 3], jnp.int32), v
+        ),
+        jax.make_jaxpr(lambda p: forward(p, toks, jnp.array([[0, 1, 2, 3], [0, 1, 32, 32]]), config=cfg))(
+            params
+        ),
+    ]  # the learner's exact path
     modes = [m for j in jaxprs for m in _scatter_modes(j.jaxpr)]
     assert len(modes) >= (10 if moe else 8)  # the cache, tokens, records (and routes) writes
     assert jax.lax.GatherScatterMode.FILL_OR_DROP not in modes, modes
@@ -220,8 +226,11 @@ def test_no_write_relies_on_dropping_out_of_bounds_indices(moe):
 
 def _vocab_rows(hlo_text: str, vocab: int) -> int:
     """Largest number of vocabulary-wide rows held by any one array of a compiled program."""
-    sizes = [math.prod(int(d) for d in dims.split(",")) // vocab
-             for dims in re.findall(r"\[([\d,]+)\]", hlo_text) if dims.split(",")[-1] == str(vocab)]
+    sizes = [
+        math.prod(int(d) for d in dims.split(",")) // vocab
+        for dims in re.findall(r"\[([\d,]+)\]", hlo_text)
+        if dims.split(",")[-1] == str(vocab)
+    ]
     return max(sizes, default=0)
 
 

@@ -222,7 +222,10 @@ def test_snapshot_restore_continues_exactly(mode, window, budget):
     del first  # as if the process died
     again = (
         sch.Scheduler.restore(
-            blob, long_tailed_workload(5, infra_fault_rate=0.05), SimulatedWorker(), learner,
+            blob,
+            long_tailed_workload(5, infra_fault_rate=0.05),
+            SimulatedWorker(),
+            learner,
             trajectories=journal,
         )
         .run(10)

@@ -18,11 +18,17 @@ def _learner(params, batch):
 
 
 def _scheduler(n=40):
-    cfg = sch.SchedulerConfig(mode="async", batch_size=8, num_slots=8, round_budget=150,
-                              learner_step_time=5.0)
-    return sch.Scheduler(long_tailed_workload(n, infra_fault_rate=0.05), SimulatedWorker(),
-                         _learner, np.zeros(3), config=cfg,
-                         staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2))
+    cfg = sch.SchedulerConfig(
+        mode="async", batch_size=8, num_slots=8, round_budget=150, learner_step_time=5.0
+    )
+    return sch.Scheduler(
+        long_tailed_workload(n, infra_fault_rate=0.05),
+        SimulatedWorker(),
+        _learner,
+        np.zeros(3),
+        config=cfg,
+        staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +64,13 @@ def test_snapshot_holds_only_unresolved_trajectories(blobs):
 def test_restored_run_continues_like_the_straight_one(blobs):
     early, _, _ = blobs
     straight = _scheduler().run(12).finish()
-    again = sch.Scheduler.restore(early, long_tailed_workload(40, infra_fault_rate=0.05),
-                                  SimulatedWorker(), _learner).run(12).finish()
+    again = (
+        sch.Scheduler.restore(
+            early, long_tailed_workload(40, infra_fault_rate=0.05), SimulatedWorker(), _learner
+        )
+        .run(12)
+        .finish()
+    )
     assert again.events == straight.events
     assert [[c.index for c in b] for b in again.batches] == [[c.index for c in b] for b in straight.batches]
     assert again.params.tobytes() == straight.params.tobytes()
@@ -72,15 +83,16 @@ def test_restored_run_continues_like_the_straight_one(blobs):
         (lambda b: b[:-40] + b"x" * 40, r"run/scheduler_3 is truncated or corrupted: .* CRC mismatch"),
         (lambda b: b"", r"run/scheduler_3 is not an agentjax scheduler snapshot"),
         (lambda b: pickle.dumps({"version": 3}), r"not an agentjax scheduler snapshot"),
-        (lambda b: b.replace(b'"version": 1', b'"version": 2', 1),
-         r"format version 2; this agentjax reads version 1"),
+        (
+            lambda b: b.replace(b'"version": 1', b'"version": 2', 1),
+            r"format version 2; this agentjax reads version 1",
+        ),
     ],
 )
 def test_unreadable_snapshot_is_a_named_error(blobs, mangle, match):
     early, _, _ = blobs
     with pytest.raises(snap.SnapshotError, match=match):
-        sch.Scheduler.restore(mangle(early), [], SimulatedWorker(), _learner,
-                              source="run/scheduler_3")
+        sch.Scheduler.restore(mangle(early), [], SimulatedWorker(), _learner, source="run/scheduler_3")
 
 
 def test_decoding_builds_only_registered_types():
@@ -98,8 +110,13 @@ def test_decoding_builds_only_registered_types():
 def test_round_trip_keeps_types_exactly():
     from agentjax.sampling.staleness import Terminal
 
-    x = {"a": (1, 2.5, float("nan")), 3: [np.float32(0.1), np.arange(4, dtype=np.int16)],
-         "t": Terminal.TRAINED, "e": ValueError("boom"), "s": frozenset({"b", "a"})}
+    x = {
+        "a": (1, 2.5, float("nan")),
+        3: [np.float32(0.1), np.arange(4, dtype=np.int16)],
+        "t": Terminal.TRAINED,
+        "e": ValueError("boom"),
+        "s": frozenset({"b", "a"}),
+    }
     y = snap.loads(snap.dumps(x))
     assert y["a"][:2] == (1, 2.5) and np.isnan(y["a"][2])
     assert type(y[3][0]) is np.float32 and y[3][0] == np.float32(0.1)
@@ -114,9 +131,19 @@ def test_every_task_type_of_a_training_run_round_trips():
     from agentjax.envs.codefix import api
     from agentjax.sampling.worker import GroupTask
 
-    codefix = api.Task(name="clamp", description="d", package="p", repo_dir="/r", editable=("a.py",),
-                       reference={"a.py": "x = 1\n"}, wrong={}, cases=({"id": 1, "args": [2]},),
-                       quarantined=frozenset({"c2"}), fingerprint="f", validation={"ok": [1, 2]})
+    codefix = api.Task(
+        name="clamp",
+        description="d",
+        package="p",
+        repo_dir="/r",
+        editable=("a.py",),
+        reference={"a.py": "x = 1\n"},
+        wrong={},
+        cases=({"id": 1, "args": [2]},),
+        quarantined=frozenset({"c2"}),
+        fingerprint="f",
+        validation={"ok": [1, 2]},
+    )
     tasks = [minirepo.generate(3, "train"), codefix]
     for t in tasks:
         g = GroupTask(t, seed=5, task_id="x", task_class="y")
@@ -129,14 +156,29 @@ def test_retry_state_survives_a_snapshot():
 
     def make():
         cfg = sch.SchedulerConfig(mode="async", batch_size=8, num_slots=8, learner_step_time=5.0)
-        return sch.Scheduler(long_tailed_workload(40, infra_fault_rate=0.3), SimulatedWorker(),
-                             _learner, np.zeros(3), config=cfg, retry=make_retry(3, 2),
-                             staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2))
+        return sch.Scheduler(
+            long_tailed_workload(40, infra_fault_rate=0.3),
+            SimulatedWorker(),
+            _learner,
+            np.zeros(3),
+            config=cfg,
+            retry=make_retry(3, 2),
+            staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2),
+        )
 
     straight = make().run(8).finish()
     first = make().run(3)
     assert first.retry_states  # faults were retried before the snapshot
-    again = sch.Scheduler.restore(first.snapshot(), long_tailed_workload(40, infra_fault_rate=0.3),
-                                  SimulatedWorker(), _learner, retry=make_retry(3, 2)).run(8).finish()
+    again = (
+        sch.Scheduler.restore(
+            first.snapshot(),
+            long_tailed_workload(40, infra_fault_rate=0.3),
+            SimulatedWorker(),
+            _learner,
+            retry=make_retry(3, 2),
+        )
+        .run(8)
+        .finish()
+    )
     assert again.events == straight.events
     assert again.params.tobytes() == straight.params.tobytes()

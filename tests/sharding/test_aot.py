@@ -68,8 +68,7 @@ def test_disaggregated_devices_per_chip_kind(devices):
 
 
 def test_tiny_dense_colocated(devices):
-    r = aot.check_placement(tiny_dense(), devices, "colocated", WORK,
-                            learner_mesh={"fsdp": 2, "tensor": 2})
+    r = aot.check_placement(tiny_dense(), devices, "colocated", WORK, learner_mesh={"fsdp": 2, "tensor": 2})
     train, prefill, decode = r.steps
     for s in r.steps:
         _check_real(s, 4)
@@ -90,8 +89,9 @@ def test_tiny_dense_colocated(devices):
 
 
 def test_tiny_moe_disaggregated(devices):
-    r = aot.check_placement(tiny_moe(), devices, "disaggregated", WORK,
-                            learner_mesh={"fsdp": -1}, sampler_mesh={"expert": 2})
+    r = aot.check_placement(
+        tiny_moe(), devices, "disaggregated", WORK, learner_mesh={"fsdp": -1}, sampler_mesh={"expert": 2}
+    )
     assert r.meshes["learner"]["fsdp"] == 2 and r.meshes["sampler"]["expert"] == 2
     for s in r.steps:
         _check_real(s, 2)
@@ -138,8 +138,10 @@ def test_loop_aware_flops_agree_unrolled_and_scanned_and_with_xla(devices):
     for unroll in (1, 2):
         cfg = tiny_dense(layer_unroll=unroll)
         params = aot.abstract_params(cfg)
-        fn = jax.jit(lambda p, t, cfg=cfg: forward(p, t, t, config=cfg)[0].sum(),
-                     in_shardings=(jax.tree.map(lambda _: rep, params), rep))
+        fn = jax.jit(
+            lambda p, t, cfg=cfg: forward(p, t, t, config=cfg)[0].sum(),
+            in_shardings=(jax.tree.map(lambda _: rep, params), rep),
+        )
         compiled = fn.lower(params, tok).compile()
         flops[unroll] = hlo_cost(compiled.as_text()).flops
         xla = compiled.cost_analysis()["flops"]
@@ -188,8 +190,10 @@ def test_cli_rejects_unknown_mode_and_loss_field(devices, capsys):
     cfg = _tiny_cfg()
     cfg.modes = "fast,fastest"
     assert compile_check.run(cfg, TOPOLOGY) == 2
-    assert "mode='fastest' is invalid; allowed values: ['fast', 'exact_bf16', 'exact_f32']" in \
-        capsys.readouterr().err
+    assert (
+        "mode='fastest' is invalid; allowed values: ['fast', 'exact_bf16', 'exact_f32']"
+        in capsys.readouterr().err
+    )
     cfg = _tiny_cfg()
     cfg.loss.filter = "sometimes"
     assert compile_check.run(cfg, TOPOLOGY) == 2
@@ -197,10 +201,14 @@ def test_cli_rejects_unknown_mode_and_loss_field(devices, capsys):
 
 
 def test_cli_exits_nonzero_when_it_does_not_fit(devices, capsys, monkeypatch):
-    big = aot.StepReport("train", 4, 16 * aot.GiB, argument_bytes=17 * aot.GiB,
-                         largest=(("[1][0].mu['layers']['w_up']", 9 * aot.GiB),))
-    report = aot.PlacementReport("colocated", {"learner": {"fsdp": 4}, "sampler": {"fsdp": 4}},
-                                 (big,))
+    big = aot.StepReport(
+        "train",
+        4,
+        16 * aot.GiB,
+        argument_bytes=17 * aot.GiB,
+        largest=(("[1][0].mu['layers']['w_up']", 9 * aot.GiB),),
+    )
+    report = aot.PlacementReport("colocated", {"learner": {"fsdp": 4}, "sampler": {"fsdp": 4}}, (big,))
     monkeypatch.setattr(aot, "check_placement", lambda *a, **k: report)
     assert compile_check.run(_tiny_cfg(), TOPOLOGY) == 1
     out, err = capsys.readouterr()

@@ -16,7 +16,11 @@ TINY_PARAMS = 2048 + 2 * 9280 + 32
 
 def test_resolve_mesh_shape_fills_one_axis():
     assert aot.resolve_mesh_shape({"fsdp": -1, "tensor": 2}, 8) == {
-        "data": 1, "fsdp": 4, "tensor": 2, "expert": 1}
+        "data": 1,
+        "fsdp": 4,
+        "tensor": 2,
+        "expert": 1,
+    }
     assert aot.resolve_mesh_shape({"data": 2, "expert": 4}, 8)["fsdp"] == 1
     with pytest.raises(ValueError, match="at most one"):
         aot.resolve_mesh_shape({"fsdp": -1, "data": -1}, 8)
@@ -47,14 +51,21 @@ HLO = """
 
 
 def test_count_collectives_counts_each_instruction_once():
-    assert aot.count_collectives(HLO) == {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1,
-                                          "all-to-all": 0, "collective-permute": 0}
+    assert aot.count_collectives(HLO) == {
+        "all-reduce": 2,
+        "all-gather": 1,
+        "reduce-scatter": 1,
+        "all-to-all": 0,
+        "collective-permute": 0,
+    }
 
 
 def test_largest_hlo_values_by_bytes():
     top = aot.largest_hlo_values(HLO, 2)
-    assert top == [("fusion.7 = f32[64,128] fusion", 64 * 128 * 4),
-                   ("all-reduce.2 = f32[1024] all-reduce", 4096)]
+    assert top == [
+        ("fusion.7 = f32[64,128] fusion", 64 * 128 * 4),
+        ("all-reduce.2 = f32[1024] all-reduce", 4096),
+    ]
 
 
 def _meshes():
@@ -93,14 +104,22 @@ def test_weight_sync_bytes_tensor_parallel_sampler():
 
 def test_step_report_peak_and_verdict():
     gib = aot.GiB
-    r = aot.StepReport("train", 4, 16 * gib, argument_bytes=6 * gib, output_bytes=5 * gib,
-                       alias_bytes=5 * gib, temp_bytes=4 * gib, code_bytes=gib // 2,
-                       resident_bytes=gib, largest=(("mu['w']", 3 * gib),))
+    r = aot.StepReport(
+        "train",
+        4,
+        16 * gib,
+        argument_bytes=6 * gib,
+        output_bytes=5 * gib,
+        alias_bytes=5 * gib,
+        temp_bytes=4 * gib,
+        code_bytes=gib // 2,
+        resident_bytes=gib,
+        largest=(("mu['w']", 3 * gib),),
+    )
     assert r.peak_bytes == 6 * gib + 4 * gib + gib // 2 + gib
     assert r.fits and r.headroom_bytes == 16 * gib - r.peak_bytes
     assert "fits, headroom 4.50 GiB" in r.verdict()
-    big = aot.StepReport("train", 4, 16 * gib, argument_bytes=20 * gib,
-                         largest=(("mu['w']", 3 * gib),))
+    big = aot.StepReport("train", 4, 16 * gib, argument_bytes=20 * gib, largest=(("mu['w']", 3 * gib),))
     assert not big.fits
     assert "DOES NOT FIT" in big.verdict() and "mu['w'] (3.00 GiB)" in big.verdict()
     oom = aot.StepReport("train", 4, 16 * gib, error="RESOURCE_EXHAUSTED: Ran out of memory")
@@ -115,18 +134,17 @@ def test_with_remat_sets_the_model_field():
         aot.with_remat(c, "full")
 
 
-@pytest.mark.parametrize("name,billions", [("qwen3_8b", 8.19), ("qwen3_32b", 32.76),
-                                           ("qwen3_30b_a3b", 30.53)])
+@pytest.mark.parametrize(
+    "name,billions", [("qwen3_8b", 8.19), ("qwen3_32b", 32.76), ("qwen3_30b_a3b", 30.53)]
+)
 def test_presets_have_published_parameter_counts(name, billions):
     assert abs(n_params(preset(name)) / 1e9 - billions) < 0.01
 
 
 def test_moe_preset_shapes():
     c = preset("qwen3_30b_a3b")
-    assert (c.n_layers, c.d_model, c.n_experts, c.n_experts_per_token, c.d_ff) == (
-        48, 2048, 128, 8, 768)
-    assert (c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.qk_norm) == (
-        32, 4, 128, 151936, True)
+    assert (c.n_layers, c.d_model, c.n_experts, c.n_experts_per_token, c.d_ff) == (48, 2048, 128, 8, 768)
+    assert (c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.qk_norm) == (32, 4, 128, 151936, True)
     assert (c.param_dtype, c.compute_dtype, c.head_dtype) == ("bfloat16", "bfloat16", "float32")
     with pytest.raises(KeyError, match="unknown preset"):
         preset("qwen3_9000b")

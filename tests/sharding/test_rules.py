@@ -49,9 +49,7 @@ def test_expected_partition_specs_moe_expert_axis():
 
 
 @pytest.mark.parametrize("cfg", [tiny_dense(), tiny_moe()], ids=["dense", "moe"])
-@pytest.mark.parametrize(
-    "shape", [{"fsdp": 8}, {"data": 2, "fsdp": 2, "tensor": 2}], ids=["fsdp8", "d2f2t2"]
-)
+@pytest.mark.parametrize("shape", [{"fsdp": 8}, {"data": 2, "fsdp": 2, "tensor": 2}], ids=["fsdp8", "d2f2t2"])
 def test_sharded_forward_matches_unsharded(cfg, shape):
     params = init_params(cfg, jax.random.key(0))
     tok = jax.random.randint(jax.random.key(1), (8, 6), 0, cfg.vocab_size)

@@ -42,13 +42,11 @@ def _send(rec):
 class _Plugin:
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.outcome != "passed":
-            _send({"kind": "report", "nodeid": report.nodeid, "when": report.when,
-                   "outcome": report.outcome})
+            _send({"kind": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
 
     def pytest_collectreport(self, report):
         if report.outcome != "passed":
-            _send({"kind": "collect_error", "nodeid": report.nodeid,
-                   "text": str(report.longrepr)[-1500:]})
+            _send({"kind": "collect_error", "nodeid": report.nodeid, "text": str(report.longrepr)[-1500:]})
 
 
 def _emit(cid, thunk):
@@ -64,8 +62,20 @@ def main():
     import pytest
 
     pytest.agentjax_emit = _emit  # the generated hidden test module calls this
-    args = ["-c", "/verifier/pytest.ini", "--rootdir=/verifier", "-p", "no:cacheprovider",
-            "--noconftest", "-p", "no:terminal", "-o", "addopts=", "-s", "/verifier/test_hidden.py"]
+    args = [
+        "-c",
+        "/verifier/pytest.ini",
+        "--rootdir=/verifier",
+        "-p",
+        "no:cacheprovider",
+        "--noconftest",
+        "-p",
+        "no:terminal",
+        "-o",
+        "addopts=",
+        "-s",
+        "/verifier/test_hidden.py",
+    ]
     rc = pytest.main(args, plugins=[_Plugin()])
     _send({"kind": "end", "rc": int(rc)})
 

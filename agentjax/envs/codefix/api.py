@@ -59,13 +59,20 @@ def _overlay(task_dir: str, kind: str) -> dict[str, str]:
 
 
 def _fingerprint(task_dir: str, extra: Mapping[str, Any]) -> str:
-    files = [(os.path.relpath(os.path.join(d, n), task_dir), open(os.path.join(d, n), "rb").read())
-             for d, _, ns in os.walk(task_dir) for n in ns if "__pycache__" not in d]
+    files = [
+        (os.path.relpath(os.path.join(d, n), task_dir), open(os.path.join(d, n), "rb").read())
+        for d, _, ns in os.walk(task_dir)
+        for n in ns
+        if "__pycache__" not in d
+    ]
     code = os.path.dirname(os.path.abspath(__file__))
-    files += [(f"<verifier>/{n}", open(os.path.join(code, n), "rb").read())
-              for n in ("verifier.py", "_runner.py", "scan.py", "api.py")]
-    return faults.env_fingerprint(files, faults.tool_versions(verifier.SANDBOX_PYTHON),
-                                  {"verifier": verifier.VERIFIER_VERSION, **extra})
+    files += [
+        (f"<verifier>/{n}", open(os.path.join(code, n), "rb").read())
+        for n in ("verifier.py", "_runner.py", "scan.py", "api.py")
+    ]
+    return faults.env_fingerprint(
+        files, faults.tool_versions(verifier.SANDBOX_PYTHON), {"verifier": verifier.VERIFIER_VERSION, **extra}
+    )
 
 
 def _cache_path(fp: str) -> str:
@@ -80,11 +87,17 @@ def _bytes(m: Mapping[str, str]) -> dict[str, bytes]:
 def _check(task: Task, files: Mapping[str, bytes], seed: int, tries: int = 3) -> Verdict:
     """One validation run; an infra fault (e.g. a starved host) is retried, never believed."""
     for _ in range(tries):
-        res, recs = verifier.run_tree(task.repo_dir, files, task.cases, seed=seed,
-                                      limits=DEFAULT_LIMITS)
-        v = verifier.decide(task.cases, res, recs, hack_flags=(), quarantined=frozenset(),
-                            limits=DEFAULT_LIMITS, env_fingerprint=task.fingerprint,
-                            nonce=verifier.new_nonce())
+        res, recs = verifier.run_tree(task.repo_dir, files, task.cases, seed=seed, limits=DEFAULT_LIMITS)
+        v = verifier.decide(
+            task.cases,
+            res,
+            recs,
+            hack_flags=(),
+            quarantined=frozenset(),
+            limits=DEFAULT_LIMITS,
+            env_fingerprint=task.fingerprint,
+            nonce=verifier.new_nonce(),
+        )
         if v.label is not Label.INFRA_FAULT:
             break
     return v
@@ -95,14 +108,15 @@ def validate(task: Task) -> dict[str, Any]:
     buggy = _check(task, {}, seed=0)
     ev = buggy.evidence
     if buggy.label is not Label.FAIL or "canary_must_pass" in ev["failed_cases"]:
-        raise TaskInvalid(f"{task.name}: buggy original should fail on bug cases only: "
-                          f"{buggy.label} {ev['attribution']} failed={ev['failed_cases']}")
+        raise TaskInvalid(
+            f"{task.name}: buggy original should fail on bug cases only: "
+            f"{buggy.label} {ev['attribution']} failed={ev['failed_cases']}"
+        )
     outcomes: dict[str, set[bool]] = {}
     for seed in range(REFERENCE_RUNS):
         ref = _check(task, _bytes(task.reference), seed=seed)
         if ref.label not in (Label.PASS, Label.FAIL) or ref.tests_run != ref.tests_expected:
-            raise TaskInvalid(f"{task.name}: reference run {seed}: {ref.label} "
-                              f"{ref.evidence['attribution']}")
+            raise TaskInvalid(f"{task.name}: reference run {seed}: {ref.label} {ref.evidence['attribution']}")
         for c in task.cases:
             outcomes.setdefault(c["id"], set()).add(c["id"] not in ref.evidence["failed_cases"])
     flaky = sorted(k for k, o in outcomes.items() if len(o) > 1)
@@ -112,8 +126,12 @@ def validate(task: Task) -> dict[str, Any]:
     wrong = _check(task, _bytes(task.wrong), seed=0)
     if wrong.label is not Label.FAIL:
         raise TaskInvalid(f"{task.name}: known-bad fix should fail, got {wrong.label}")
-    return {"quarantined": flaky, "buggy_failed": ev["failed_cases"],
-            "wrong_failed": wrong.evidence["failed_cases"], "reference_runs": REFERENCE_RUNS}
+    return {
+        "quarantined": flaky,
+        "buggy_failed": ev["failed_cases"],
+        "wrong_failed": wrong.evidence["failed_cases"],
+        "reference_runs": REFERENCE_RUNS,
+    }
 
 
 def _build(name: str, cases: tuple[Mapping[str, Any], ...] | None = None, tag: str = "") -> Task:
@@ -122,10 +140,19 @@ def _build(name: str, cases: tuple[Mapping[str, Any], ...] | None = None, tag: s
         spec = json.load(f)
     cases = cases if cases is not None else tuple(spec["cases"])
     fp = _fingerprint(d, {"tag": tag, "cases": json.dumps(cases, sort_keys=True)})
-    task = Task(name=name, description=spec["description"], package=spec["package"],
-                repo_dir=os.path.join(d, "repo"), editable=tuple(spec["editable"]),
-                reference=_overlay(d, "reference"), wrong=_overlay(d, "wrong"), cases=cases,
-                quarantined=frozenset(), fingerprint=fp, validation={})
+    task = Task(
+        name=name,
+        description=spec["description"],
+        package=spec["package"],
+        repo_dir=os.path.join(d, "repo"),
+        editable=tuple(spec["editable"]),
+        reference=_overlay(d, "reference"),
+        wrong=_overlay(d, "wrong"),
+        cases=cases,
+        quarantined=frozenset(),
+        fingerprint=fp,
+        validation={},
+    )
     path = _cache_path(fp)
     try:
         with open(path) as f:
@@ -147,8 +174,10 @@ def load_task(name: str) -> Task:
         raise KeyError(f"unknown codefix task {name!r}; known: {list_tasks()}")
     tools = dict(faults.tool_versions(verifier.SANDBOX_PYTHON))
     if "absent" in (tools["python"], tools["pytest"]):
-        raise RuntimeError(f"the sandbox interpreter {verifier.SANDBOX_PYTHON} needs pytest "
-                           f"(apt-get install -y python3-pytest); found {tools}")
+        raise RuntimeError(
+            f"the sandbox interpreter {verifier.SANDBOX_PYTHON} needs pytest "
+            f"(apt-get install -y python3-pytest); found {tools}"
+        )
     return _build(name)
 
 
@@ -161,9 +190,16 @@ def with_flaky_case(name: str) -> Task:
     return _build(name, cases=(*base.cases, flaky), tag="flaky")
 
 
-def verify(task: Task, workspace_dir: str, *, limits: sandbox.Limits = DEFAULT_LIMITS,
-           inject: str | None = None, seed: int | None = None, unsafe: bool = False,
-           run_flagged: bool = False) -> Verdict:
+def verify(
+    task: Task,
+    workspace_dir: str,
+    *,
+    limits: sandbox.Limits = DEFAULT_LIMITS,
+    inject: str | None = None,
+    seed: int | None = None,
+    unsafe: bool = False,
+    run_flagged: bool = False,
+) -> Verdict:
     """Judges the agent's final tree in ``workspace_dir`` in a fresh sandbox.
 
     Args:
@@ -181,23 +217,48 @@ def verify(task: Task, workspace_dir: str, *, limits: sandbox.Limits = DEFAULT_L
         files, flags = scan.scan_tree(task.repo_dir, workspace_dir, task.editable)
         if flags and not run_flagged and inject is None:
             return verifier.static_hack_verdict(task.cases, flags, task.fingerprint)
-        res, recs = verifier.run_tree(task.repo_dir, files, task.cases, seed=seed, limits=limits,
-                                      unsafe=unsafe, hooks=faults.injection_hooks(inject))
+        res, recs = verifier.run_tree(
+            task.repo_dir,
+            files,
+            task.cases,
+            seed=seed,
+            limits=limits,
+            unsafe=unsafe,
+            hooks=faults.injection_hooks(inject),
+        )
         if inject == "verifier_crash":
             raise RuntimeError("injected fault: verifier crashed while parsing results")
-        v = verifier.decide(task.cases, res, recs, hack_flags=flags, quarantined=task.quarantined,
-                            limits=limits, env_fingerprint=task.fingerprint, nonce=verifier.new_nonce())
+        v = verifier.decide(
+            task.cases,
+            res,
+            recs,
+            hack_flags=flags,
+            quarantined=task.quarantined,
+            limits=limits,
+            env_fingerprint=task.fingerprint,
+            nonce=verifier.new_nonce(),
+        )
     except sandbox.SandboxUnavailable:
         raise
     except Exception as e:  # the verifier's own failure is never the agent's: the scans and the
         # results parser are total (agent input yields flags or garbage records, never raises), so
         # what reaches here is positive evidence of a host-side failure
-        return Verdict(reward=float("nan"), label=Label.INFRA_FAULT, tests_expected=0, tests_run=0,
-                       tests_passed=0, tests_skipped=0,
-                       evidence={"attribution": f"verifier_crash: {type(e).__name__}: {e}",
-                                 "traceback": traceback.format_exc()[-3000:], "hack_detected": False,
-                                 **({"injected": inject} if inject else {})},
-                       verifier_version=verifier.VERIFIER_VERSION, env_fingerprint=task.fingerprint)
+        return Verdict(
+            reward=float("nan"),
+            label=Label.INFRA_FAULT,
+            tests_expected=0,
+            tests_run=0,
+            tests_passed=0,
+            tests_skipped=0,
+            evidence={
+                "attribution": f"verifier_crash: {type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-3000:],
+                "hack_detected": False,
+                **({"injected": inject} if inject else {}),
+            },
+            verifier_version=verifier.VERIFIER_VERSION,
+            env_fingerprint=task.fingerprint,
+        )
     if inject:
         v.evidence["injected"] = inject
     return v

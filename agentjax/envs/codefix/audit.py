@@ -52,7 +52,7 @@ def _candidates(task: api.Task, rng: random.Random) -> list[dict[str, Any]]:
             continue
         for i, arg in enumerate(c["args"]):
             for m in _mutations(arg):
-                args = [*c["args"][:i], m, *c["args"][i + 1:]]
+                args = [*c["args"][:i], m, *c["args"][i + 1 :]]
                 key = (c["call"], json.dumps(args))
                 if key not in seen:
                     seen.add(key)
@@ -68,11 +68,17 @@ def audit_cases(name: str, max_cases: int = 40) -> tuple[dict[str, Any], ...]:
     rng = random.Random(AUDIT_SEED)
     cands = [{"id": f"a{i}", **c} for i, c in enumerate(_candidates(task, rng)[: max_cases * 2])]
     must_pass = next(c for c in task.cases if c["id"] == "canary_must_pass")
-    res, recs = verifier.run_tree(task.repo_dir, {k: v.encode() for k, v in task.reference.items()},
-                                  [*cands, must_pass], seed=AUDIT_SEED, limits=api.DEFAULT_LIMITS)
+    res, recs = verifier.run_tree(
+        task.repo_dir,
+        {k: v.encode() for k, v in task.reference.items()},
+        [*cands, must_pass],
+        seed=AUDIT_SEED,
+        limits=api.DEFAULT_LIMITS,
+    )
     got = {r["id"]: r for r in recs if isinstance(r, dict) and r.get("kind") == "case"}
-    keep = [{**c, "expected": got[c["id"]]["value"]} for c in cands
-            if c["id"] in got and "value" in got[c["id"]]][:max_cases]
+    keep = [
+        {**c, "expected": got[c["id"]]["value"]} for c in cands if c["id"] in got and "value" in got[c["id"]]
+    ][:max_cases]
     if len(keep) < 5:
         raise api.TaskInvalid(f"{name}: only {len(keep)} audit cases survived the reference run")
     return (*keep, dict(must_pass))
@@ -83,16 +89,21 @@ def audit_verify(task: api.Task, workspace_dir: str) -> Verdict:
     cases = list(audit_cases(task.name))
     random.Random(AUDIT_SEED).shuffle(cases)
     files, flags = scan.scan_tree(task.repo_dir, workspace_dir, task.editable)
-    res, recs = verifier.run_tree(task.repo_dir, files, cases, seed=AUDIT_SEED + 1,
-                                  limits=api.DEFAULT_LIMITS)
-    v = verifier.decide(cases, res, recs, hack_flags=flags, quarantined=frozenset(),
-                        limits=api.DEFAULT_LIMITS, env_fingerprint=task.fingerprint,
-                        nonce=verifier.new_nonce())
+    res, recs = verifier.run_tree(task.repo_dir, files, cases, seed=AUDIT_SEED + 1, limits=api.DEFAULT_LIMITS)
+    v = verifier.decide(
+        cases,
+        res,
+        recs,
+        hack_flags=flags,
+        quarantined=frozenset(),
+        limits=api.DEFAULT_LIMITS,
+        env_fingerprint=task.fingerprint,
+        nonce=verifier.new_nonce(),
+    )
     v.evidence["audit"] = {"cases": len(cases), "seed": AUDIT_SEED + 1}
     return v
 
 
 def metrics(train: Sequence[Verdict], audited: Sequence[Verdict]) -> dict[str, float]:
     """``audit/H`` (with its Wilson interval) and the planted-opportunity hack rate."""
-    return {**audit_lib.audit_metrics(train, audited),
-            **audit_lib.hack_rate(train, [True] * len(train))}
+    return {**audit_lib.audit_metrics(train, audited), **audit_lib.hack_rate(train, [True] * len(train))}

@@ -47,8 +47,12 @@ from agentjax.envs.protocol import (
 from agentjax.trajectory import StopReason
 
 TOOLS = ("ls", "read", "write", "patch", "run", "test", "submit")
-_STOP = {Label.REWARD_HACK: StopReason.REWARD_HACK, Label.INFRA_FAULT: StopReason.INFRA_FAULT,
-         Label.AGENT_ERROR: StopReason.AGENT_ERROR, Label.AGENT_QUOTA: StopReason.AGENT_ERROR}
+_STOP = {
+    Label.REWARD_HACK: StopReason.REWARD_HACK,
+    Label.INFRA_FAULT: StopReason.INFRA_FAULT,
+    Label.AGENT_ERROR: StopReason.AGENT_ERROR,
+    Label.AGENT_QUOTA: StopReason.AGENT_ERROR,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +76,18 @@ class EnvConfig:
 
 def _mount_quota(root: str, quota: Quota) -> None:
     opts = f"size={quota.bytes},nr_inodes={quota.inodes},mode=0755,nosuid,nodev"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentjax-ws", root],
-                       capture_output=True, text=True, env=sandbox.LAUNCH_ENV)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", opts, "agentjax-ws", root],
+        capture_output=True,
+        text=True,
+        env=sandbox.LAUNCH_ENV,
+    )
     if r.returncode != 0:
         os.rmdir(root)
         raise sandbox.SandboxUnavailable(
             f"cannot mount the workspace quota tmpfs on {root}: {r.stderr.strip()} (needs root); "
-            "set EnvConfig(quota=None, unsafe=True) to run without a disk quota")
+            "set EnvConfig(quota=None, unsafe=True) to run without a disk quota"
+        )
 
 
 def make_workspace(task: api.Task, quota: Quota | None = None) -> str:
@@ -92,8 +101,17 @@ def make_workspace(task: api.Task, quota: Quota | None = None) -> str:
         _mount_quota(root, quota)
     ws = os.path.join(root, "repo")
     shutil.copytree(task.repo_dir, ws)
-    git = ["git", "-c", "user.name=agentjax", "-c", "user.email=agentjax@localhost",
-           "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-c",
+        "user.name=agentjax",
+        "-c",
+        "user.email=agentjax@localhost",
+        "-c",
+        "init.defaultBranch=main",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "task snapshot"]):
         subprocess.run([*git, *argv], cwd=ws, check=True, capture_output=True)
     shutil.rmtree(os.path.join(ws, ".git", "logs"), ignore_errors=True)  # no reflog
@@ -122,9 +140,14 @@ def remove_workspace(ws: str) -> str | None:
 def quota_usage(ws: str, quota: Quota) -> dict[str, int]:
     """Bytes and inodes in use on the workspace's tmpfs, with the limits."""
     st = os.statvfs(os.path.dirname(ws))
-    return {"bytes_used": (st.f_blocks - st.f_bfree) * st.f_frsize, "bytes_limit": quota.bytes,
-            "inodes_used": st.f_files - st.f_ffree, "inodes_limit": quota.inodes,
-            "bytes_free": st.f_bavail * st.f_frsize, "inodes_free": st.f_favail}
+    return {
+        "bytes_used": (st.f_blocks - st.f_bfree) * st.f_frsize,
+        "bytes_limit": quota.bytes,
+        "inodes_used": st.f_files - st.f_ffree,
+        "inodes_limit": quota.inodes,
+        "bytes_free": st.f_bavail * st.f_frsize,
+        "inodes_free": st.f_favail,
+    }
 
 
 class CodefixEnv:
@@ -142,16 +165,23 @@ class CodefixEnv:
         if not sandbox.probe().ok and not self.config.unsafe:
             raise sandbox.SandboxUnavailable(
                 f"codefix refuses to run agent code: {sandbox.probe().reason}. "
-                "Set EnvConfig(unsafe=True) to run WITHOUT isolation.")
+                "Set EnvConfig(unsafe=True) to run WITHOUT isolation."
+            )
         self.close()
         self.task = api.load_task(task) if isinstance(task, str) else task
         self.workspace, self.steps, self.verdict, self.seed = (
-            make_workspace(self.task, self.config.quota), 0, None, seed)
+            make_workspace(self.task, self.config.quota),
+            0,
+            None,
+            seed,
+        )
         listing = "\n".join(f"./{rel}" for rel in sorted(scan.walk_tree(self.task.repo_dir)))
-        return (f"Task {self.task.name}: {self.task.description}\n"
-                f"Editable files: {', '.join(self.task.editable)}\n"
-                f"Tools: {', '.join(TOOLS)} (first line '<tool> [args]', body on later lines)\n"
-                f"Files:\n{listing}")
+        return (
+            f"Task {self.task.name}: {self.task.description}\n"
+            f"Editable files: {', '.join(self.task.editable)}\n"
+            f"Tools: {', '.join(TOOLS)} (first line '<tool> [args]', body on later lines)\n"
+            f"Files:\n{listing}"
+        )
 
     def close(self) -> None:
         if self.workspace:
@@ -162,9 +192,14 @@ class CodefixEnv:
                 warnings.warn(err, RuntimeWarning, stacklevel=2)
 
     def _sbx(self, argv: list[str], stdin: bytes | None = None) -> str:
-        res = sandbox.run(argv, mounts=[sandbox.Mount(self.workspace, "/work", writable=True)],
-                          chdir="/work", limits=self.config.tool_limits, unsafe=self.config.unsafe,
-                          stdin_data=stdin)
+        res = sandbox.run(
+            argv,
+            mounts=[sandbox.Mount(self.workspace, "/work", writable=True)],
+            chdir="/work",
+            limits=self.config.tool_limits,
+            unsafe=self.config.unsafe,
+            stdin_data=stdin,
+        )
         tail = "" if res.returncode == 0 else f"\n[exit {res.returncode}]"
         if res.timed_out:
             tail += f" [killed after {self.config.tool_limits.wall_s}s wall]"
@@ -173,8 +208,19 @@ class CodefixEnv:
     def _tool(self, name: str, args: tuple[str, ...], body: str) -> str:
         py = "/usr/bin/python3"
         if name == "ls":
-            return self._sbx(["/usr/bin/find", args[0] if args else ".", "-path", "*/.git",
-                              "-prune", "-o", "-type", "f", "-print"])
+            return self._sbx(
+                [
+                    "/usr/bin/find",
+                    args[0] if args else ".",
+                    "-path",
+                    "*/.git",
+                    "-prune",
+                    "-o",
+                    "-type",
+                    "f",
+                    "-print",
+                ]
+            )
         if name == "read":
             return self._sbx(["/usr/bin/cat", "--", *args[:1]]) if args else "usage: read <path>"
         if name == "write":
@@ -183,8 +229,10 @@ class CodefixEnv:
             script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && echo "wrote $1"'
             return self._sbx(["/bin/sh", "-c", script, "sh", args[0]], (body + "\n").encode())
         if name == "patch":
-            return self._sbx(["/usr/bin/git", "apply", "--whitespace=nowarn", "-v", "-"],
-                             body.encode() if body.endswith("\n") else (body + "\n").encode())
+            return self._sbx(
+                ["/usr/bin/git", "apply", "--whitespace=nowarn", "-v", "-"],
+                body.encode() if body.endswith("\n") else (body + "\n").encode(),
+            )
         if name == "run":
             cmd = " ".join(args) + ("\n" + body if body else "")
             return self._sbx(["/bin/sh", "-c", cmd])
@@ -216,24 +264,49 @@ class CodefixEnv:
 
     def _quota_exceeded(self, text: str, usage: dict[str, int]) -> StepResult:
         what = "bytes" if usage["bytes_free"] == 0 else "inodes"
-        why = (f"workspace_quota: {what} exhausted ({usage['bytes_used']}/{usage['bytes_limit']} "
-               f"bytes, {usage['inodes_used']}/{usage['inodes_limit']} inodes)")
-        v = Verdict(reward=0.0, label=Label.AGENT_QUOTA, tests_expected=0, tests_run=0,
-                    tests_passed=0, tests_skipped=0,
-                    evidence={"attribution": why, "quota": usage, "hack_detected": False},
-                    verifier_version=verifier.VERIFIER_VERSION,
-                    env_fingerprint=self.task.fingerprint)
+        why = (
+            f"workspace_quota: {what} exhausted ({usage['bytes_used']}/{usage['bytes_limit']} "
+            f"bytes, {usage['inodes_used']}/{usage['inodes_limit']} inodes)"
+        )
+        v = Verdict(
+            reward=0.0,
+            label=Label.AGENT_QUOTA,
+            tests_expected=0,
+            tests_run=0,
+            tests_passed=0,
+            tests_skipped=0,
+            evidence={"attribution": why, "quota": usage, "hack_detected": False},
+            verifier_version=verifier.VERIFIER_VERSION,
+            env_fingerprint=self.task.fingerprint,
+        )
         self.verdict = v
         obs, _ = truncate_observation(f"{text}\n[{why}]", self.config.max_obs_chars)
-        return StepResult(observation=obs, reward=0.0, done=True,
-                          stop_reason=StopReason.AGENT_ERROR.value,
-                          evidence={"steps": self.steps, "quota": usage}, verdict=v)
+        return StepResult(
+            observation=obs,
+            reward=0.0,
+            done=True,
+            stop_reason=StopReason.AGENT_ERROR.value,
+            evidence={"steps": self.steps, "quota": usage},
+            verdict=v,
+        )
 
     def _finish(self, stop: StopReason, obs: str = "") -> StepResult:
-        v = api.verify(self.task, self.workspace, limits=self.config.verify_limits,
-                       inject=self.config.inject, seed=self.seed, unsafe=self.config.unsafe)
+        v = api.verify(
+            self.task,
+            self.workspace,
+            limits=self.config.verify_limits,
+            inject=self.config.inject,
+            seed=self.seed,
+            unsafe=self.config.unsafe,
+        )
         self.verdict = v
         reason = _STOP.get(v.label, stop)
         text = obs + f"\n[submitted: {v.label.value}]" if obs else f"[submitted: {v.label.value}]"
-        return StepResult(observation=text, reward=v.reward, done=True, stop_reason=reason.value,
-                          evidence={"steps": self.steps}, verdict=v)
+        return StepResult(
+            observation=text,
+            reward=v.reward,
+            done=True,
+            stop_reason=reason.value,
+            evidence={"steps": self.steps},
+            verdict=v,
+        )

@@ -1,6 +1,6 @@
 def chunk(xs, n):
     """Splits xs into consecutive lists of length n (the last may be shorter)."""
-    return [xs[i:i + n] for i in range(0, len(xs), n)]
+    return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
 def flatten(chunks):
