@@ -1,6 +1,9 @@
 """Offline evaluation behind ``python -m launch.eval``: a checkpoint, a scripted minirepo agent, or
 scripted codefix agents in the real sandbox; each as a JSON-ready report and a Markdown table.
 
+(One module, over 300 lines: the three kinds of evaluation share the metrics, the JSON report
+and the table.)
+
 It composes a run (``system.build``) like the training loop does, so it sits above ``system`` in the
 import table (docs/architecture.md). The evaluation itself is ``diagnostics.evaluate.evaluate``,
 the very function the training loop calls.

@@ -1,5 +1,8 @@
 """One run's parts and mutable state: what ``system.train`` composes and the scheduler calls back.
 
+(One module, over 300 lines: ``Parts`` and ``RunState`` are the state the learner callback
+mutates; the evaluation, progress line and summary read it.)
+
 ``Parts`` (the task suite and the policy, pure functions of the config), ``RunState`` (the learner
 callback, journal, curriculum, sampler weights), the held-out evaluation, the progress line and the
 run summary. ``system.py`` is the composition root that drives them.

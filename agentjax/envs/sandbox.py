@@ -1,6 +1,6 @@
 """A local process sandbox: unprivileged uid, bubblewrap namespaces, rlimits, cgroup limits.
 
-(One module of ~310 lines: the launch chain, limits and cleanup are one security boundary, read
+(One module, over 300 lines: the launch chain, limits and cleanup are one security boundary, read
 together; kernel accounting is in ``accounting.py``.)
 
 Launch chain (each step ``exec``s the next, so one process tree, one process group)::

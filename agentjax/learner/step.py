@@ -1,5 +1,8 @@
 """The jitted train step: score, objective, gradient accumulation, clipping, NaN/Inf guard.
 
+(One module, over 300 lines: the train step, its accumulation and the optimizer state form one
+jitted program and are read together.)
+
     state, metrics = train_step(state, batch)              # GRPO-family group advantages
     state, metrics = train_step(state, batch, ref_params)  # + KL to a frozen reference policy
 

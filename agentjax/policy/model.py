@@ -1,6 +1,6 @@
 """The policy model: ``init_params``, ``forward``, ``init_cache`` and logical axis names.
 
-(One module of ~440 lines: init, the layer trunk, attention, MoE routing and the head share one
+(One module, over 300 lines: init, the layer trunk, attention, MoE routing and the head share one
 config and one calling convention for the exact kernels; the kernels are ``kernels.py``.)
 
     logits, cache, aux = forward(params, tokens, positions, *, config, cache=None, routes=None,

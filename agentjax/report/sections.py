@@ -1,6 +1,6 @@
 """The report's sections: each returns its markdown lines and draws its PNGs (if matplotlib is there).
 
-(One module of ~310 lines: one independent function per report section.)
+(One module, over 300 lines: one independent function per report section.)
 """
 
 from __future__ import annotations

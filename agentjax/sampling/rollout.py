@@ -1,6 +1,6 @@
 """Multi-turn rollout: jitted generation alternating with host environment steps.
 
-(One module of ~330 lines: the per-row turn bookkeeping, pause/resume and context rebuilds share
+(One module, over 300 lines: the per-row turn bookkeeping, pause/resume and context rebuilds share
 the row state; the slot-engine counterpart is ``engine_rollout.py``.)
 
 A :class:`Rollout` drives a batch of episodes in lock-step over one :class:`Sampler` state:

@@ -1,6 +1,6 @@
 """One scheduler for every mode: ``sync``, ``async`` and ``windowed_fifo(window)``.
 
-(One module of ~480 lines: the three modes share one state machine of admission, commit,
+(One module, over 300 lines: the three modes share one state machine of admission, commit,
 cancellation and the version-gap bound; its snapshot format lives in ``snapshot.py``.)
 
 The scheduler drives rollout workers through :class:`~agentjax.sampling.queue.RolloutWorker`

@@ -1,5 +1,8 @@
 """Reading a compiled TPU program: per-chip memory, collectives, largest buffers, verdicts.
 
+(One module, over 300 lines: every reading of one compiled program, memory to roofline,
+feeds one report row.)
+
 :func:`compile_step` lowers and compiles one jitted step from ``jax.ShapeDtypeStruct`` inputs
 and returns a :class:`StepReport` (``memory_analysis()`` per chip, collectives from
 ``as_text()``); :func:`format_report` prints a :class:`PlacementReport`. Part of

@@ -1,5 +1,8 @@
 """The agent-facing codefix environment: tools run in the sandbox, the verifier judges on submit.
 
+(One module, over 300 lines: the agent-facing tools and the episode state machine share the
+workspace, quota and sandbox handles.)
+
 Tools (protocol text format: first line ``<tool> [args]``, the rest is the body):
 
 ==========================  ==================================================================

@@ -1,5 +1,8 @@
 """Static hack detection on the agent's final tree: what changed where, and what the new code does.
 
+(One module, over 300 lines: the scan is one total function over the tree; its bounded
+readers and rules are read together.)
+
 Two scans, both deterministic and both run outside any sandbox without executing agent code:
 
 * **Tree scan.** Every path that differs from the pristine repository is classified. A change

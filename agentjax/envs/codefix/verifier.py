@@ -1,5 +1,8 @@
 """The isolated codefix verifier: fresh sandbox, own evaluation tree, decision outside the sandbox.
 
+(One module, over 300 lines: the isolated verifier is one security boundary: its runs, canary
+and attribution are read together.)
+
 Evaluation tree = pristine repository + only the editable regular ``.py`` files the agent changed
 (:mod:`agentjax.envs.codefix.scan` labels everything else). The tree is bound READ-ONLY at ``/work``;
 the verifier's files (runner, its own ``pytest.ini``, the generated hidden test module with case

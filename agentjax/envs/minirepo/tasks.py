@@ -1,6 +1,6 @@
 """Seeded generation of minirepo tasks, with disjoint train / held-out splits.
 
-(One module of ~300 lines: the task generator and its difficulty presets are one seeded program.)
+(One module, over 300 lines: the task generator and its difficulty presets are one seeded program.)
 
 ``generate(seed, split, difficulty)`` draws a random program (a forest of call chains in
 definition order, callers first), plants one single-token bug, and writes visible, hidden and
