@@ -181,9 +181,10 @@ def _fit_sampler(cfg, candidates, rules, make_mesh, tried, placement, param_sh=N
         )
         if pre.fits and dec.fits:
             return mesh, work, pre, dec
+        peak = lambda s: "compiler OOM" if s.error else f"{s.peak_bytes / aot.GiB:.1f} GiB"
         tried.append(
             f"sample {_mesh_str(shape)} {work.sample_batch} x {cache}: prefill "
-            f"{pre.peak_bytes / aot.GiB:.1f}, decode {dec.peak_bytes / aot.GiB:.1f} GiB"
+            f"{peak(pre)}, decode {peak(dec)}"
         )
     return None
 
