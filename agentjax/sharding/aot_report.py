@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentjax.sharding.roofline import CHIP_PEAKS, Cost, hlo_cost, roofline_seconds
+from agentjax.sharding.roofline import CHIP_PEAKS, DTYPE_BYTES, Cost, hlo_cost, roofline_seconds
 from agentjax.sharding.topology import GiB, chip_hbm_bytes
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -37,30 +37,13 @@ def count_collectives(hlo_text: str) -> dict[str, int]:
     return {k: found.get(k, 0) for k in COLLECTIVES}
 
 
-_DTYPE_BYTES = {
-    "pred": 1,
-    "s8": 1,
-    "u8": 1,
-    "bf16": 2,
-    "f16": 2,
-    "s16": 2,
-    "u16": 2,
-    "f32": 4,
-    "s32": 4,
-    "u32": 4,
-    "f64": 8,
-    "s64": 8,
-    "u64": 8,
-}
-
-
 def largest_hlo_values(hlo_text: str, n: int = 5) -> list[tuple[str, int]]:
     """The ``n`` largest per-chip values in compiled HLO: ``("name = type[shape] op", bytes)``."""
     out = {}
     pat = r"%?([\w.\-]+) = (\w+)\[([\d,]*)\]\S* ([\w\-]+)\("
     for name, dt, dims, op in re.findall(pat, hlo_text):
-        if dt in _DTYPE_BYTES and op not in ("parameter", "bitcast", "get-tuple-element"):
-            size = _DTYPE_BYTES[dt] * math.prod(int(d) for d in dims.split(",") if d)
+        if dt in DTYPE_BYTES and op not in ("parameter", "bitcast", "get-tuple-element"):
+            size = DTYPE_BYTES[dt] * math.prod(int(d) for d in dims.split(",") if d)
             out[f"{name} = {dt}[{dims}] {op}"] = size
     return sorted(out.items(), key=lambda kv: -kv[1])[:n]
 

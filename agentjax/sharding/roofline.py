@@ -38,7 +38,7 @@ CHIP_PEAKS: dict[str, tuple[float, float]] = {
     "TPU v6 lite": (918e12, 1640e9),
 }
 
-_BYTES = {
+DTYPE_BYTES = {  # HLO element type -> bytes
     "pred": 1,
     "s8": 1,
     "u8": 1,
@@ -107,9 +107,9 @@ def _array_bytes(type_str: str) -> int:
     if type_str.startswith("("):
         return 0
     m = _ARRAY.search(type_str)
-    if not m or m.group(1) not in _BYTES:
+    if not m or m.group(1) not in DTYPE_BYTES:
         return 0
-    return _BYTES[m.group(1)] * math.prod(int(d) for d in m.group(2).split(",") if d)
+    return DTYPE_BYTES[m.group(1)] * math.prod(int(d) for d in m.group(2).split(",") if d)
 
 
 def _split_instruction(line: str):
