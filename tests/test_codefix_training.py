@@ -29,6 +29,19 @@ def _sandbox_ok():
     return sandbox.probe().ok
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_persistent_cache():
+    """This module's programs stay out of the persistent compilation cache: in a full-suite process
+    where the TPU pod tests have loaded libtpu, serialising the warm start's CPU executable aborted
+    the process (cold cache, jax 0.10.2); alone it does not. They compile once per run anyway."""
+    import jax
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", was)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_hf_dir):
     if not _sandbox_ok():
@@ -42,7 +55,7 @@ def trained(tmp_path_factory, tiny_hf_dir):
     c.task.update(max_steps=2, eval_tasks=1)
     c.codefix.update(tasks=("clamp", "leap", "median"), agents=("no_op", "oracle"))
     c.caps = dict(max_tool_calls=3, max_action_tokens=24, max_obs_tokens=768)
-    c.warm_start.update(episodes=8, steps=2, batch_size=4)
+    c.warm_start.update(episodes=8, steps=8, batch_size=4)  # enough steps for the NLL to fall
     c.rl.update(steps=2, group_size=2, batch_size=4, eval_every=2)
     c.scheduler.update(num_slots=4, window=4)
     c.checkpoint_every = 2
