@@ -23,13 +23,14 @@ TINY_PER_CHIP = 21120
 
 @pytest.fixture(scope="module", autouse=True)
 def offline_compile():
-    """As the entry points do at start (aot.offline_compile_setup), for this module only."""
+    """As the entry points do at start (aot.offline_compile_setup)."""
     import os
 
-    env, cache = os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD"), jax.config.jax_enable_compilation_cache
+    env = os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD")
     aot.offline_compile_setup()
     yield
-    jax.config.update("jax_enable_compilation_cache", cache)
+    # The persistent cache stays off for the rest of this process: once libtpu is loaded here,
+    # serialising a later CPU executable aborted the whole pytest process (jax 0.10.2).
     if env is None:
         os.environ.pop("ALLOW_MULTIPLE_LIBTPU_LOAD", None)
 
