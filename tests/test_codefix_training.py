@@ -35,11 +35,14 @@ def no_persistent_cache():
     where the TPU pod tests have loaded libtpu, serialising the warm start's CPU executable aborted
     the process (cold cache, jax 0.10.2); alone it does not. They compile once per run anyway."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # the flag is read once per process: make it take effect now
     yield
     jax.config.update("jax_enable_compilation_cache", was)
+    compilation_cache.reset_cache()
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,11 @@ def offline_compile():
     """As the entry points do at start (aot.offline_compile_setup)."""
     import os
 
+    from jax.experimental.compilation_cache import compilation_cache
+
     env = os.environ.get("ALLOW_MULTIPLE_LIBTPU_LOAD")
     aot.offline_compile_setup()
+    compilation_cache.reset_cache()  # the flag is read once per process: make it take effect now
     yield
     # The persistent cache stays off for the rest of this process: once libtpu is loaded here,
     # serialising a later CPU executable aborted the whole pytest process (jax 0.10.2).
