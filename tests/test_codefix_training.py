@@ -29,22 +29,6 @@ def _sandbox_ok():
     return sandbox.probe().ok
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_persistent_cache():
-    """This module's programs stay out of the persistent compilation cache: in a full-suite process
-    where the TPU pod tests have loaded libtpu, serialising the warm start's CPU executable aborted
-    the process (cold cache, jax 0.10.2); alone it does not. They compile once per run anyway."""
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
-    was = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()  # the flag is read once per process: make it take effect now
-    yield
-    jax.config.update("jax_enable_compilation_cache", was)
-    compilation_cache.reset_cache()
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_hf_dir):
     if not _sandbox_ok():
