@@ -37,7 +37,7 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "rl.eval_every": (1, None, True),
     "scheduler.window": (1, None, True),
     "scheduler.num_slots": (1, None, True),
-    "scheduler.max_version_gap": (0, None, True),
+    "admission.max_version_gap": (0, None, True),
     "scheduler.gen_seconds_per_token": (0, None, True),
     "scheduler.learner_step_time": (0, None, True),
     "scheduler.engine_slots": (0, None, True),  # 0: lock-step Rollout
@@ -94,7 +94,7 @@ def type_ok(value: Any, hint: Any) -> bool:
     if hint is str:
         return isinstance(value, str)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return value in {m.value for m in hint} or isinstance(value, hint)
+        return isinstance(value, hint) or (isinstance(value, str) and value in {m.value for m in hint})
     if hint is tuple or origin is tuple:
         if not isinstance(value, tuple | list):
             return False
@@ -119,6 +119,8 @@ def check_types(section: str, cls, values: dict) -> None:
         hint, v = hints[f.name], values[f.name]
         if not type_ok(v, hint):
             name = f"{section}.{f.name}" if section else f.name
+            if isinstance(hint, type) and issubclass(hint, enum.Enum):
+                raise ConfigError(f"{name}={v!r} is invalid; allowed values: {[m.value for m in hint]}")
             raise ConfigError(f"{name}={v!r} is invalid; must be {_describe(hint)}")
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from agentjax.envs import curriculum as cur
-from agentjax.sampling import staleness as stl
 from agentjax.sampling.retry import make_retry
 from agentjax.trajectory import Trajectory
 
@@ -64,16 +63,6 @@ def retry_policy(run):
     """The scheduler's retry callable, or None (``faults.retry_max_attempts == 1``)."""
     f = run.faults
     return None if f.retry_max_attempts <= 1 else make_retry(f.retry_max_attempts, f.retry_max_same_cause)
-
-
-def staleness_config(run) -> stl.StalenessConfig:
-    s = run.scheduler
-    return stl.StalenessConfig(
-        batch_size=run.rl.batch_size,
-        max_version_gap=s.max_version_gap,
-        queue_capacity=max(4 * run.rl.batch_size, s.num_slots),
-        **run.admission.staleness_kwargs(),
-    )
 
 
 def make_curriculum(c):

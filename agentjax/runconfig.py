@@ -1,39 +1,57 @@
 """The run configuration: an ``ml_collections.ConfigDict`` checked into small frozen dataclasses.
 
 Every section is validated before any work starts; an invalid value fails with the field's full
-name and the allowed values (``task.name='swe' is invalid; allowed values: [...]``).
+name and the allowed values (``task.name='swe' is invalid; allowed values: [...]``). Each section
+is the component's own config (``scheduler`` is the scheduler's :class:`SchedulerConfig`,
+``admission`` the staleness manager's :class:`StalenessConfig`, ``loss`` the learner's
+:class:`LossConfig`, ``model`` a :class:`ModelConfig` or, with ``model.hf_path``, an
+:class:`HFModel`), every setting is defined once (the batch size is ``rl.batch_size`` only), and
+every closed choice is a :class:`~agentjax.choice.Choice` enum.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from typing import Any
 
 from agentjax import configcheck
-from agentjax.learner.objective import LossConfig
+from agentjax.choice import Choice, coerce
+from agentjax.learner.objective import Advantage, LossConfig
 from agentjax.learner.step import OptimConfig
-from agentjax.policy.config import ConfigError, ModelConfig
-from agentjax.runsections import (
-    AdmissionSection,
-    CurriculumSection,
-    FaultsSection,
-    FingerprintSection,
-    RubricSection,
-)
+from agentjax.policy.config import ConfigError, ModelConfig, ValueHead
+from agentjax.runsections import CurriculumSection, FaultsSection, FingerprintSection, RubricSection
+from agentjax.sampling.context import ContextKind
 from agentjax.sampling.precision import SamplerPrecision
-from agentjax.sampling.queue import MODES
 from agentjax.sampling.rollout import Caps
+from agentjax.sampling.runlog import SchedulerConfig
+from agentjax.sampling.staleness import StalenessConfig
+from agentjax.sharding.placement import PlacementKind
+from agentjax.tasks.model import HFModel
+
+
+class TaskName(Choice):
+    MINIREPO = "minirepo"
+    CODEFIX = "codefix"  # trains with model.hf_path (a BPE tokenizer); evaluates scripted agents
+
+
+class Latency(Choice):
+    FIXED = "fixed"
+    LONG_TAILED = "long_tailed"
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    name: str = "minirepo"
-    difficulty: str = "default"
-    latency: str = "long_tailed"
+    name: TaskName = TaskName.MINIREPO
+    difficulty: str = "default"  # a minirepo preset (agentjax.envs.minirepo.PRESETS)
+    latency: Latency = Latency.LONG_TAILED
     max_steps: int = 6
     eval_tasks: int = 256
     hack_tool: bool = True  # keep planted hack opportunities (hack rate is measured)
+
+    def __post_init__(self):
+        coerce(self, name=TaskName, latency=Latency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,32 +72,24 @@ class RLConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class SchedulerSection:
-    mode: str = "windowed_fifo"
-    window: int = 64
-    num_slots: int = 128
-    max_version_gap: int = 2
-    gen_seconds_per_token: float = 0.02
-    learner_step_time: float = 2.0
-    engine_slots: int = 0  # > 0: sample on the slot engine (EngineRollout) with this many slots
-    engine_chunk: int = 8  # decode tokens per slot-engine generate call
-    env_workers: int = 8  # slot engine: environment pool size
-    env_pool: str = "thread"  # slot engine: "thread" or "process" workers
-
-
-@dataclasses.dataclass(frozen=True)
 class PlacementSection:
-    kind: str = "colocated"
+    kind: PlacementKind = PlacementKind.COLOCATED
     learner_mesh: dict = dataclasses.field(default_factory=dict)
     sampler_mesh: dict = dataclasses.field(default_factory=dict)
     sync_every: int = 1
     host_devices: int = 0  # CPU-only hosts: launch.train asks XLA for this many host devices (0: as is)
 
+    def __post_init__(self):
+        coerce(self, kind=PlacementKind)
+
 
 @dataclasses.dataclass(frozen=True)
 class ContextSection:
-    policy: str = "keep_all"
+    policy: ContextKind = ContextKind.KEEP_ALL
     arg: int = 0
+
+    def __post_init__(self):
+        coerce(self, policy=ContextKind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +106,12 @@ class CodefixSection:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     seed: int
-    model: dict  # ModelConfig fields but vocab_size (tokenizer); or hf_path + agentjax.tasks.model.HF_FIELDS
+    model: ModelConfig | HFModel  # ModelConfig: vocab_size 0, set by the task's tokenizer
     task: TaskConfig
     caps: Caps
     warm_start: WarmStartConfig
     rl: RLConfig
-    scheduler: SchedulerSection
+    scheduler: SchedulerConfig
     placement: PlacementSection
     context: ContextSection
     loss: LossConfig
@@ -112,7 +122,7 @@ class RunConfig:
     curriculum: CurriculumSection = dataclasses.field(default_factory=CurriculumSection)
     rubric: RubricSection = dataclasses.field(default_factory=RubricSection)
     fingerprints: FingerprintSection = dataclasses.field(default_factory=FingerprintSection)
-    admission: AdmissionSection = dataclasses.field(default_factory=AdmissionSection)
+    admission: StalenessConfig = dataclasses.field(default_factory=StalenessConfig)
     checkpoint_every: int = 50  # 0: never
     log_every: int = 5
     report: bool = True
@@ -123,7 +133,7 @@ _SECTIONS = {
     "caps": Caps,
     "warm_start": WarmStartConfig,
     "rl": RLConfig,
-    "scheduler": SchedulerSection,
+    "scheduler": SchedulerConfig,
     "placement": PlacementSection,
     "context": ContextSection,
     "loss": LossConfig,
@@ -134,26 +144,40 @@ _SECTIONS = {
     "curriculum": CurriculumSection,
     "rubric": RubricSection,
     "fingerprints": FingerprintSection,
-    "admission": AdmissionSection,
+    "admission": StalenessConfig,
 }
-TASKS = ("minirepo", "codefix")  # codefix trains with model.hf_path (a BPE tokenizer)
+TASKS = tuple(TaskName.values())
+# Fields that moved: where a config written for an older agentjax finds them now.
+MOVED = {"scheduler.max_version_gap": "admission.max_version_gap"}
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
 
 
-def _build(section: str, cls, values: dict):
-    names = {f.name for f in dataclasses.fields(cls)}
+def _build(section: str, cls, values: dict, fixed: dict | None = None):
+    """``cls(**values, **fixed)``, every failure a :class:`ConfigError` naming ``section.field``;
+    ``fixed`` fields are set by the system, not by the config."""
+    fixed = fixed or {}
+    names = {f.name for f in dataclasses.fields(cls) if f.name not in fixed}
     unknown = sorted(set(values) - names)
+    for u in unknown:
+        if f"{section}.{u}" in MOVED:
+            raise ConfigError(f"{section}.{u} is now {MOVED[f'{section}.{u}']}; set it there")
     if unknown:
         raise ConfigError(f"unknown fields {[f'{section}.{u}' for u in unknown]}; allowed: {sorted(names)}")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    hints = typing.get_type_hints(cls)
+    for k, v in kw.items():  # a nested component config given as a dict (scheduler.caps)
+        if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]):
+            kw[k] = _build(f"{section}.{k}", hints[k], v)
     configcheck.check_types(section, cls, kw)  # a string where a number belongs, NaN, ...
     try:
-        obj = cls(**kw)
-    except ConfigError:
-        raise
-    except ValueError as e:  # the dataclasses' own checks: prefix the section
+        obj = cls(**kw, **fixed)
+    except ValueError as e:  # the dataclasses' own checks: name every field as section.field
         msg = str(e)
-        raise ConfigError(msg if msg.startswith(section + ".") else f"{section}: {msg}") from None
+        if not msg.startswith(section + "."):
+            fields = "|".join(sorted(names, key=len, reverse=True))
+            named = re.sub(rf"(?<![.\w])({fields})=", rf"{section}.\1=", msg)
+            msg = named if named != msg else f"{section}: {msg}"
+        raise ConfigError(msg) from None
     configcheck.check_ranges(section, obj)
     return obj
 
@@ -181,6 +205,23 @@ def _check_codefix(c: CodefixSection) -> None:
     _choice("codefix.inject", c.inject, ["", *faults.FAULT_CLASSES])
 
 
+def _model(model: dict) -> ModelConfig | HFModel:
+    """The ``model`` section: an :class:`HFModel` with ``hf_path``, else the built-in model's
+    :class:`ModelConfig` (its ``vocab_size`` left 0: the task's tokenizer sets it)."""
+    if "vocab_size" in model:
+        raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
+    if model.get("hf_path"):  # a local HF directory: its files are checked in system.build
+        bad = sorted(set(model) - {f.name for f in dataclasses.fields(HFModel)})
+        if bad:
+            raise ConfigError(
+                f"model fields {[f'model.{b}' for b in bad]} come from {model['hf_path']}/config.json "
+                f"with model.hf_path; allowed here: {sorted(f.name for f in dataclasses.fields(HFModel))}"
+            )
+        return _build("model", HFModel, model)
+    model = {k: v for k, v in model.items() if k not in ("hf_path", "tool_format")}  # HF-only
+    return _build("model", ModelConfig, model, fixed={"vocab_size": 0})
+
+
 def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     """Checks a ConfigDict (or plain dict) and returns the typed :class:`RunConfig`.
 
@@ -199,61 +240,51 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     for k, v in top.items():
         configcheck.check_value(k, v)
     parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
-    model = dict(d.get("model", {}))
-    if "vocab_size" in model:
-        raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
-    if model.get("hf_path"):  # a local HF directory: its files are checked in system.build
-        from agentjax.tasks import model as task_model  # noqa: PLC0415
-
-        task_model.check(model)
-    else:
-        plain = {k: v for k, v in model.items() if k not in ("hf_path", "tool_format")}
-        configcheck.check_types("model", ModelConfig, plain)
-        try:  # field names and values checked now
-            ModelConfig.from_dict({**plain, "vocab_size": 8})
-        except ConfigError as e:  # name every field the model's own message mentions as model.<field>
-            fields = "|".join(f.name for f in dataclasses.fields(ModelConfig))
-            raise ConfigError(re.sub(rf"(?<![.\w])({fields})=", r"model.\1=", str(e))) from None
+    model = _model(dict(d.get("model", {})))
     t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
     from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
 
-    if t.name == "codefix" and not evaluation and not model.get("hf_path"):
+    if t.name == TaskName.CODEFIX and not evaluation and not isinstance(model, HFModel):
         raise ConfigError(
             "task.name='codefix' needs a real tokenizer for training: set model.hf_path "
             "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)"
         )
-    _choice("task.name", t.name, TASKS)
     _check_codefix(parts["codefix"])
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
-    _choice("task.latency", t.latency, ["fixed", "long_tailed"])
-    _choice("scheduler.mode", s.mode, MODES)
-    _choice("scheduler.env_pool", s.env_pool, ["thread", "process"])
-    _choice("placement.kind", parts["placement"].kind, ["colocated", "disaggregated"])
     if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):
         raise ConfigError(
             f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
             "must be an integer >= 0 (0: leave XLA's host device count as it is)"
         )
-    _choice(
-        "context.policy",
-        parts["context"].policy,
-        ["keep_all", "drop_oldest_observations", "truncate_observations"],
-    )
     for f in ("steps", "group_size", "batch_size", "eval_every"):
         _positive(f"rl.{f}", getattr(rl, f))
     _positive("task.eval_tasks", t.eval_tasks)
-    _positive("scheduler.num_slots", s.num_slots)
-    _positive("scheduler.window", s.window)
+    if s.round_budget or s.caps != SchedulerConfig().caps or s.resume != SchedulerConfig().resume:
+        raise ConfigError(
+            f"scheduler.round_budget={s.round_budget}, scheduler.caps={s.caps}, scheduler.resume="
+            f"{s.resume!r}: the training loop's sampler worker runs whole episodes (no partial "
+            "rollout by round budget yet; the scheduler library supports it, tests/sampling) and "
+            "takes its caps from the caps section; leave them at 0, TaskCaps(), 'recompute'"
+        )
+    for f in ("max_drift", "objective_drift"):
+        if getattr(parts["admission"], f) is not None:
+            raise ConfigError(
+                f"admission.{f}={getattr(parts['admission'], f)!r}: the training loop makes no "
+                "per-trajectory drift measurement for it to act on; leave it unset (None)"
+            )
     if rl.batch_size % rl.group_size:
         raise ConfigError(
             f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
         )
-    if parts["loss"].value_coef and parts["loss"].advantage != "gae":
+    if parts["loss"].value_coef and parts["loss"].advantage != Advantage.GAE:
         raise ConfigError(
             f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
             "loss.advantage to 'gae' or value_coef to 0"
         )
-    if parts["loss"].advantage == "gae" and model.get("value_head", "none") == "none":
+    if (
+        parts["loss"].advantage == Advantage.GAE
+        and getattr(model, "value_head", ValueHead.NONE) == ValueHead.NONE
+    ):
         raise ConfigError(
             "loss.advantage='gae' needs a critic: set model.value_head to one of "
             "['shared', 'separate'] (it is 'none')"
@@ -263,6 +294,11 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             f"rl.group_size={rl.group_size} is invalid with group advantages: a "
             "group of one has advantage 0 (no gradient); must be >= 2, or use "
             "loss.advantage='gae'"
+        )
+    if parts["admission"].queue_capacity and parts["admission"].queue_capacity < rl.batch_size:
+        raise ConfigError(
+            f"admission.queue_capacity={parts['admission'].queue_capacity} must be >= "
+            f"rl.batch_size={rl.batch_size} (else the learner starves), or 0 (derived)"
         )
     if rl.batch_size % parts["optim"].minibatches:
         raise ConfigError(
@@ -281,7 +317,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
                 "use curriculum.start/cap (faults keeps the retry policy)"
             )
     own = sorted(k for k in {**parts["faults"].rates, **parts["curriculum"].cap} if k != "env_crash")
-    if own and t.name != "minirepo":
+    if own and t.name != TaskName.MINIREPO:
         raise ConfigError(
             f"fault classes {own} are injected by minirepo's environment only; with "
             f"task.name={t.name!r} use faults.rates.env_crash (the loop's injector)"

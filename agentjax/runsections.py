@@ -1,4 +1,4 @@
-"""Run-config sections for the environment-noise, reward and admission features (issue #16).
+"""Run-config sections for the environment-noise and reward features (issue #16).
 
 Each is a small frozen dataclass checked at parse time (a bad value names the field and the
 allowed values); :mod:`agentjax.system` turns them into the pieces the loop uses:
@@ -17,14 +17,15 @@ allowed values); :mod:`agentjax.system` turns them into the pieces the loop uses
 * ``fingerprints``: ``"record"`` counts distinct environment fingerprints per step;
   ``"group"`` also masks a trajectory whose fingerprint differs from its GRPO group's first one
   (a group compared across environments would credit the environment, not the policy).
-* ``admission``: the staleness manager's knobs (per-class gap bounds, down-weighting by gap,
-  queue-pressure tightening), :class:`agentjax.sampling.staleness.StalenessConfig`. (Its drift
-  bounds need a per-trajectory drift measurement the loop does not make; they are not offered.)
+
+(The ``admission`` section is :class:`agentjax.sampling.staleness.StalenessConfig` itself.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+from agentjax.choice import Choice, coerce
 
 
 def _err(field, value, allowed):
@@ -84,14 +85,23 @@ class CurriculumSection:
             raise ValueError(f"curriculum.ramp_steps={self.ramp_steps} is invalid; must be >= 1")
 
 
+class RubricMode(Choice):
+    EVIDENCE = "evidence"  # the rubric score is recorded beside the verdict
+    REWARD = "reward"  # (1 - weight) verdict + weight rubric score is the reward
+
+
+class FingerprintMode(Choice):
+    RECORD = "record"  # count distinct environment fingerprints per step
+    GROUP = "group"  # drop a group member whose fingerprint differs from the group's
+
+
 @dataclasses.dataclass(frozen=True)
 class RubricSection:
-    mode: str = "evidence"
+    mode: RubricMode = RubricMode.EVIDENCE
     weight: float = 0.0
 
     def __post_init__(self):
-        if self.mode not in ("evidence", "reward"):
-            raise _err("rubric.mode", self.mode, ["evidence", "reward"])
+        coerce(self, mode=RubricMode)
         if self.mode == "reward" and not 0.0 < self.weight <= 1.0:
             raise ValueError(f"rubric.weight={self.weight} is invalid with rubric.mode='reward'; in (0, 1]")
         if self.mode == "evidence" and self.weight:
@@ -100,39 +110,10 @@ class RubricSection:
 
 @dataclasses.dataclass(frozen=True)
 class FingerprintSection:
-    mode: str = "record"
+    mode: FingerprintMode = FingerprintMode.RECORD
 
     def __post_init__(self):
-        if self.mode not in ("record", "group"):
-            raise _err("fingerprints.mode", self.mode, ["record", "group"])
-
-
-@dataclasses.dataclass(frozen=True)
-class AdmissionSection:
-    class_max_gap: dict = dataclasses.field(default_factory=dict)  # task class -> gap bound
-    downweight_from_gap: int = -1  # -1: off; gaps above it get weight decay ** (gap - from)
-    downweight_decay: float = 0.5
-    pressure_threshold: float = 1.0
-    pressure_tighten: int = 0
-
-    def __post_init__(self):
-        object.__setattr__(self, "class_max_gap", dict(self.class_max_gap))
-        for k, v in self.class_max_gap.items():
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"admission.class_max_gap.{k}={v!r} is invalid; an integer >= 0")
-        if not 0.0 < self.downweight_decay <= 1.0:
-            raise ValueError(f"admission.downweight_decay={self.downweight_decay} is invalid; in (0, 1]")
-        if self.pressure_tighten < 0:
-            raise ValueError(f"admission.pressure_tighten={self.pressure_tighten} is invalid; must be >= 0")
-
-    def staleness_kwargs(self) -> dict:
-        return dict(
-            class_max_gap=self.class_max_gap,
-            downweight_from_gap=None if self.downweight_from_gap < 0 else self.downweight_from_gap,
-            downweight_decay=self.downweight_decay,
-            pressure_threshold=self.pressure_threshold,
-            pressure_tighten=self.pressure_tighten,
-        )
+        coerce(self, mode=FingerprintMode)
 
 
 SECTIONS = {
@@ -140,5 +121,4 @@ SECTIONS = {
     "curriculum": CurriculumSection,
     "rubric": RubricSection,
     "fingerprints": FingerprintSection,
-    "admission": AdmissionSection,
 }

@@ -137,7 +137,7 @@ class RunState:
         )
         # learner parameters of recent versions, for log-probs at each token's behaviour version
         self.slots = (
-            pv.slot_count(run.scheduler.max_version_gap, run.placement.sync_every)
+            pv.slot_count(run.admission.max_version_gap, run.placement.sync_every)
             if "train_v" in run.loss.needs
             else 0
         )
@@ -228,7 +228,7 @@ class RunState:
         self.worker.publish(
             new,
             self.sampler_params,
-            keep_from=new - run.scheduler.max_version_gap - 1,
+            keep_from=new - run.admission.max_version_gap - 1,
             behaviour_version=self.sampler_version,
         )
         gaps = [int(version - t.versions.min()) for t in trajs if t.num_action_tokens]

@@ -42,7 +42,6 @@ from agentjax.runstate import (
     summarise_run,
     task_dataset,
 )
-from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
 from agentjax.sharding import multihost, param_shardings, shard_params
@@ -76,20 +75,14 @@ def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
 
 def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Scheduler:
     run = parts.run
-    s = run.scheduler
     return Scheduler(
         tasks,
         worker,
         r.learner,
         0,
-        config=SchedulerConfig(
-            mode=s.mode,
-            batch_size=run.rl.batch_size,
-            num_slots=s.num_slots,
-            window=s.window if s.mode == "windowed_fifo" else None,
-            learner_step_time=s.learner_step_time,
-        ),
-        staleness_config=loopparts.staleness_config(run),
+        config=run.scheduler,
+        staleness_config=run.admission,
+        batch_size=run.rl.batch_size,
         executor=BatchingExecutor(),
         retry=loopparts.retry_policy(run),
     )

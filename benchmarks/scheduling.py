@@ -46,12 +46,11 @@ def run_mode(mode, window, seed, steps, round_budget=None):
     cfg = sch.SchedulerConfig(
         mode=mode,
         window=window,
-        batch_size=BATCH,
         num_slots=SLOTS,
         round_budget=round_budget,
         learner_step_time=LEARNER_STEP,
     )
-    scfg = stl.StalenessConfig(batch_size=BATCH, max_version_gap=MAX_GAP, queue_capacity=QUEUE_CAPACITY)
+    scfg = stl.StalenessConfig(max_version_gap=MAX_GAP, queue_capacity=QUEUE_CAPACITY)
     wl = long_tailed_workload(seed)
     return sch.run(
         wl,
@@ -60,6 +59,7 @@ def run_mode(mode, window, seed, steps, round_budget=None):
         np.zeros(4),
         config=cfg,
         staleness_config=scfg,
+        batch_size=BATCH,
         num_steps=steps,
     )
 

@@ -43,7 +43,6 @@ def get_config():
         mode="windowed_fifo",
         window=8,
         num_slots=8,
-        max_version_gap=2,
         gen_seconds_per_token=0.02,
         learner_step_time=2.0,
     )

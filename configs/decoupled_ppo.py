@@ -10,7 +10,8 @@ from configs import default
 
 def get_config():
     c = default.get_config()
-    c.scheduler.update(mode="async", max_version_gap=4)
+    c.scheduler.update(mode="async")
+    c.admission.max_version_gap = 4
     c.loss.update(name="decoupled_ppo", filter="none")
     c.loss.decoupled_ppo = dict(clip_low=0.2, clip_high=0.2, behavior_cap=5.0, aggregation="token_mean")
     c.optim.minibatches = 4

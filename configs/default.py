@@ -40,7 +40,6 @@ def get_config() -> ml_collections.ConfigDict:
         mode="windowed_fifo",
         window=64,
         num_slots=128,
-        max_version_gap=2,
         gen_seconds_per_token=0.02,
         learner_step_time=2.0,
         # engine_slots > 0: sample on the slot engine (EngineRollout) with an
@@ -87,7 +86,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.faults = dict(rates={}, retry_max_attempts=1, retry_max_same_cause=2)  # 1 attempt: no retries
     c.rubric = dict(mode="evidence", weight=0.0)  # "reward": (1 - w) verdict + w rubric score
     c.fingerprints = dict(mode="record")  # "group": drop a member whose env fingerprint differs
+    # admission: the staleness bounds (agentjax.sampling.staleness.StalenessConfig).
+    # queue_capacity=0: 4 x rl.batch_size, at least scheduler.num_slots.
     c.admission = dict(
+        max_version_gap=2,
+        queue_capacity=0,
+        max_in_flight=1 << 30,
         class_max_gap={},
         downweight_from_gap=-1,
         downweight_decay=0.5,

@@ -27,5 +27,5 @@ def get_config():
     )
     # The sampler may lag up to sync_every - 1 versions behind the learner on top of the
     # scheduler's queueing: keep the version-gap bound above that lag.
-    c.scheduler.max_version_gap = 3
+    c.admission.max_version_gap = 3
     return c

@@ -14,7 +14,8 @@ from configs import default
 def get_config():
     c = default.get_config()
     c.model.exact_tile = 0
-    c.scheduler.update(mode="async", max_version_gap=4)
+    c.scheduler.update(mode="async")
+    c.admission.max_version_gap = 4
     c.sampler.update(compute_dtype="bfloat16", head_dtype="bfloat16")
     c.loss.update(name="hispo", filter="none", filter_ratio="mismatch")
     c.loss.hispo = dict(mismatch_bounds=(0.5, 2.0), staleness_bounds=(0.2, 5.0), clip_low=0.2, clip_high=0.28)

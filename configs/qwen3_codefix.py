@@ -30,7 +30,6 @@ def get_config():
         mode="windowed_fifo",
         window=32,
         num_slots=32,
-        max_version_gap=2,
         gen_seconds_per_token=0.02,
         learner_step_time=2.0,
     )

@@ -51,10 +51,10 @@ def test_run_configs_parse(name):
     run = runconfig.parse(_load(name))
     assert run.task.name == "minirepo"
     if name == "sync_exact":
-        assert run.scheduler.mode == "sync" and run.scheduler.max_version_gap == 0
-        assert run.loss.filter == "none" and run.model["exact_tile"] > 0
+        assert run.scheduler.mode == "sync" and run.admission.max_version_gap == 0
+        assert run.loss.filter == "none" and run.model.exact_tile > 0
     if name == "moe":
-        assert run.model["n_experts"] > run.model["n_experts_per_token"] >= 1
+        assert run.model.n_experts > run.model.n_experts_per_token >= 1
     if name == "disaggregated":
         p = run.placement
         assert p.kind == "disaggregated" and p.sync_every > 1

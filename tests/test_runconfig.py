@@ -113,7 +113,7 @@ def _with(path: str, value):
         ("caps.max_tool_calls", 0, r"caps.max_tool_calls=0 is invalid; must be >= 1"),
         ("task.max_steps", 0, r"task.max_steps=0 is invalid; must be >= 1"),
         ("loss.icepop_low", 3.0, r"loss.icepop_low=3.0, loss.icepop_high=2.0 are invalid; must satisfy"),
-        ("scheduler.max_version_gap", -1, r"scheduler.max_version_gap=-1 is invalid; must be >= 0"),
+        ("admission.max_version_gap", -1, r"admission.max_version_gap=-1 is invalid; must be >= 0"),
         ("loss.grpo.clip_low", 2.0, r"loss.grpo.clip_low=2.0 is invalid; must be in \[0, 1\)"),
         ("optim.b2", 1.0, r"optim.b2=1.0 is invalid; must be in \[0.0, 1.0\)"),
         ("optim.weight_decay", -0.1, r"optim.weight_decay=-0.1 is invalid; must be >= 0"),

@@ -27,9 +27,16 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
+from agentjax.choice import Choice
 from agentjax.envs.protocol import ToolCallError, format_tool_call, parse_tool_call
 
-FORMATS = ("plain", "hermes")
+
+class ToolFormat(Choice):
+    PLAIN = "plain"  # the reply is the action text itself
+    HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+
+
+FORMATS = tuple(ToolFormat.values())
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 BODY = "body"

@@ -23,12 +23,38 @@ import jax
 import jax.numpy as jnp
 
 from agentjax import objectives as obj
+from agentjax.choice import Choice
 from agentjax.objectives import registry
 
-LOSSES = tuple(registry.LOSSES)
-FILTERS = ("none", "icepop", "kpop")
-FILTER_RATIOS = ("mismatch", "total")
-ADVANTAGES = ("group_std", "dr_grpo", "rloo", "gae")
+
+class Filter(Choice):
+    NONE = "none"
+    ICEPOP = "icepop"  # mask tokens whose ratio leaves [icepop_low, icepop_high]
+    KPOP = "kpop"  # mask tokens whose binary KL exceeds kpop_threshold
+
+
+class FilterRatio(Choice):
+    MISMATCH = "mismatch"  # learner vs sampler at the behaviour version's parameters
+    TOTAL = "total"  # current policy vs sampler (mismatch and staleness together)
+
+
+class Advantage(Choice):
+    GROUP_STD = "group_std"  # GRPO
+    DR_GRPO = "dr_grpo"
+    RLOO = "rloo"
+    GAE = "gae"  # a critic (model.value_head "shared" or "separate")
+
+
+class KLKind(Choice):
+    K1 = "k1"
+    K2 = "k2"
+    K3 = "k3"
+
+
+LOSSES = tuple(registry.LOSSES)  # an open registry: loss.name stays a checked string
+FILTERS = tuple(Filter.values())
+FILTER_RATIOS = tuple(FilterRatio.values())
+ADVANTAGES = tuple(Advantage.values())
 _TIS_LOSSES = ("ppo", "grpo", "cispo")  # losses linear in a per-token advantage weight
 
 
@@ -45,16 +71,16 @@ class LossConfig:
     hispo: dict = dataclasses.field(default_factory=dict)
     decoupled_ppo: dict = dataclasses.field(default_factory=dict)
     # consistency filter (IcePop: Ling team 2025, band [0.5, 2]; KPop: binary-KL threshold 0.05)
-    filter: str = "none"
-    filter_ratio: str = "mismatch"
+    filter: Filter = Filter.NONE
+    filter_ratio: FilterRatio = FilterRatio.MISMATCH
     icepop_low: float = 0.5
     icepop_high: float = 2.0
     kpop_threshold: float = 0.05
     tis_cap: float = 0.0  # > 0: truncated IS on the mismatch ratio (Yao et al. 2025 use 2)
     kl_coef: float = 0.0
-    kl_kind: str = "k3"
+    kl_kind: KLKind = KLKind.K3
     value_coef: float = 0.0
-    advantage: str = "group_std"  # group_std (GRPO) | dr_grpo | rloo | gae (critic)
+    advantage: Advantage = Advantage.GROUP_STD
     gamma: float = 1.0  # GAE: discount per action token
     gae_lambda: float = 0.95
     whiten: bool = True  # GAE: normalise advantages over the batch's action tokens
@@ -68,10 +94,13 @@ class LossConfig:
             object.__setattr__(
                 self, name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in sec.items()))
             )
-        _choice("loss.filter", self.filter, FILTERS)
-        _choice("loss.filter_ratio", self.filter_ratio, FILTER_RATIOS)
-        _choice("loss.advantage", self.advantage, ADVANTAGES)
-        _choice("loss.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        for field, cls in (
+            ("filter", Filter),
+            ("filter_ratio", FilterRatio),
+            ("advantage", Advantage),
+            ("kl_kind", KLKind),
+        ):
+            object.__setattr__(self, field, cls.parse(f"loss.{field}", getattr(self, field)))
         self.objective  # noqa: B018 - builds the loss's own config: a foreign field is an error
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
             raise ValueError(

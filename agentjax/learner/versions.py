@@ -44,7 +44,7 @@ def check_covered(kept: dict, versions: np.ndarray, mask: np.ndarray) -> None:
     if missing:
         raise RuntimeError(
             f"behaviour versions {missing} of this batch are not kept (kept: "
-            f"{sorted(kept)}); raise the slots (scheduler.max_version_gap, "
+            f"{sorted(kept)}); raise the slots (admission.max_version_gap, "
             "placement.sync_every) or lower the admitted staleness. After --resume "
             "only the restored version is kept: older in-flight samples cannot be "
             "recomputed (known limitation)"

@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import jax.numpy as jnp
+
+from agentjax.choice import Choice
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
-class ValueHead(str, enum.Enum):
+class DType(Choice):
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+class Remat(Choice):
+    NONE = "none"
+    LAYER = "layer"  # recompute each layer in the backward pass (jax.checkpoint)
+
+
+class ExactKernels(Choice):
+    EXACT_SUM = "exact_sum"  # every sum exact in float64 (policy/kernels.py)
+    TILED = "tiled"  # fixed row tiles of exact_tile rows (the reference construction)
+
+
+class ValueHead(Choice):
     NONE = "none"  # no critic (GRPO family)
     SHARED = "shared"  # a linear value head on the policy trunk
     SEPARATE = "separate"  # a separate small critic model (params["critic"])
@@ -18,11 +35,6 @@ class ValueHead(str, enum.Enum):
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the field and the allowed values."""
-
-
-def _check_choice(field: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {sorted(allowed)}")
 
 
 def _check_positive(field: str, value: int) -> None:
@@ -58,14 +70,14 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3
     n_experts: int = 0  # 0 = dense feed-forward
     n_experts_per_token: int = 2
-    param_dtype: str = "float32"
-    compute_dtype: str = "float32"
-    head_dtype: str = "float32"  # LM head (float32 head with bf16 body: the MiniMax-M1 lesson)
-    value_head: str = "none"
+    param_dtype: DType = DType.FLOAT32
+    compute_dtype: DType = DType.FLOAT32
+    head_dtype: DType = DType.FLOAT32  # LM head (float32 head with bf16 body: the MiniMax-M1 lesson)
+    value_head: ValueHead = ValueHead.NONE
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
-    exact_kernels: str = "exact_sum"  # "exact_sum" | "tiled" (used when exact_tile > 0)
-    remat: str = "none"  # "layer": recompute each layer in the backward pass (jax.checkpoint)
+    exact_kernels: ExactKernels = ExactKernels.EXACT_SUM  # used when exact_tile > 0
+    remat: Remat = Remat.NONE
     # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
     # them all (a small model's train step ran 12% faster on CPU). The sampler always unrolls.
@@ -77,8 +89,11 @@ class ModelConfig:
     init_scale: float = 0.02
 
     def __post_init__(self):
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
+            raise ConfigError(
+                f"vocab_size={self.vocab_size!r} is invalid; a positive integer (0: not yet known)"
+            )
         for f in (
-            "vocab_size",
             "d_model",
             "n_layers",
             "n_heads",
@@ -92,11 +107,18 @@ class ModelConfig:
             _check_positive(f, getattr(self, f))
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-        for f in ("param_dtype", "compute_dtype", "head_dtype"):
-            _check_choice(f, getattr(self, f), _DTYPES)
-        _check_choice("value_head", self.value_head, {v.value for v in ValueHead})
-        _check_choice("remat", self.remat, {"none", "layer"})
-        _check_choice("exact_kernels", self.exact_kernels, {"exact_sum", "tiled"})
+        for f, cls in (
+            ("param_dtype", DType),
+            ("compute_dtype", DType),
+            ("head_dtype", DType),
+            ("value_head", ValueHead),
+            ("remat", Remat),
+            ("exact_kernels", ExactKernels),
+        ):
+            try:
+                object.__setattr__(self, f, cls.parse(f, getattr(self, f)))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         rows = self.activation_rows
         rows = (rows,) if isinstance(rows, str) else tuple(rows)  # lists come from JSON/configs
         if not all(isinstance(a, str) and a for a in rows) or len(set(rows)) != len(rows):

@@ -12,7 +12,7 @@ and of its row index; a single key is split over rows, so row i's stream depends
 
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import EngineRollout
-from agentjax.sampling.envpool import EnvPool, PoolConfig, RealLatency, pool_stats
+from agentjax.sampling.envpool import EnvPool, EnvPoolKind, RealLatency, pool_stats
 from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler, SamplerState, Span, Status, take
@@ -26,7 +26,7 @@ __all__ = [
     "EnvPool",
     "EpisodeSpec",
     "Greedy",
-    "PoolConfig",
+    "EnvPoolKind",
     "RealLatency",
     "ResumeMode",
     "Rollout",

@@ -29,14 +29,11 @@ class ChatCodec:
     tokenizer: HFTokenizer
     template: ChatTemplate
     tools: tuple = ()  # OpenAI-style function schemas, given to the template
-    tool_format: str = "hermes"  # agentjax.envs.toolcalls.FORMATS
+    tool_format: toolcalls.ToolFormat = toolcalls.ToolFormat.HERMES
     system: str = ""
 
     def __post_init__(self):
-        if self.tool_format not in toolcalls.FORMATS:
-            raise ValueError(
-                f"tool_format={self.tool_format!r} is invalid; allowed values: {list(toolcalls.FORMATS)}"
-            )
+        object.__setattr__(self, "tool_format", toolcalls.ToolFormat.parse("tool_format", self.tool_format))
         tail = self.tokenizer.encode(self.template.observation(""))
         head = self.tokenizer.encode(self.template.observation("\x01"))
         keep = 0  # tokens of the next generation prompt, kept when an observation is cut

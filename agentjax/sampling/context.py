@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from agentjax.choice import Choice
+
 Segment = tuple[str, Sequence[int]]
 ContextPolicy = Callable[[list[Segment]], list[int]]
 
@@ -48,14 +50,20 @@ def truncate_observations(max_tokens: int) -> ContextPolicy:
     return f
 
 
-def make_context_policy(name: str, arg: int = 0) -> ContextPolicy:
+class ContextKind(Choice):
+    """The config's name of a context policy (``context.policy``)."""
+
+    KEEP_ALL = "keep_all"
+    DROP_OLDEST_OBSERVATIONS = "drop_oldest_observations"  # arg: observations kept
+    TRUNCATE_OBSERVATIONS = "truncate_observations"  # arg: tokens kept per observation
+
+
+def make_context_policy(name: ContextKind | str, arg: int = 0) -> ContextPolicy:
     """By config name: ``keep_all``, ``drop_oldest_observations`` (arg = keep_last) or
     ``truncate_observations`` (arg = max tokens)."""
-    if name == "keep_all":
+    name = ContextKind.parse("context.policy", name)
+    if name == ContextKind.KEEP_ALL:
         return keep_all
-    if name == "drop_oldest_observations":
+    if name == ContextKind.DROP_OLDEST_OBSERVATIONS:
         return drop_oldest_observations(arg)
-    if name == "truncate_observations":
-        return truncate_observations(arg)
-    allowed = ["keep_all", "drop_oldest_observations", "truncate_observations"]
-    raise ValueError(f"context.policy={name!r} is invalid; allowed values: {allowed}")
+    return truncate_observations(arg)

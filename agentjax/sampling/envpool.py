@@ -26,7 +26,6 @@ service stage), rounded up.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import math
 import multiprocessing
 import threading
@@ -36,7 +35,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-KINDS = ("thread", "process")
+from agentjax.choice import Choice
+
+
+class EnvPoolKind(Choice):
+    """The environment workers: threads, or processes (for CPU-bound Python environments)."""
+
+    THREAD = "thread"
+    PROCESS = "process"
+
+
+KINDS = tuple(EnvPoolKind.values())
 
 
 class StepEvent(NamedTuple):
@@ -64,9 +73,8 @@ def _timed(fn, args):
 class EnvPool:
     """``workers`` threads or processes stepping environments (see the module docstring)."""
 
-    def __init__(self, workers: int, kind: str = "thread"):
-        if kind not in KINDS:
-            raise ValueError(f"env_pool.kind={kind!r} is invalid; allowed values: {list(KINDS)}")
+    def __init__(self, workers: int, kind: EnvPoolKind = EnvPoolKind.THREAD):
+        kind = EnvPoolKind.parse("env_pool.kind", kind)
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"env_pool.workers={workers!r} is invalid; must be an int >= 1")
         self.workers, self.kind = workers, kind
@@ -181,17 +189,6 @@ def pool_stats(
         "offered_load": arrival_rate * mean_service,
         "implied_workers": float(math.ceil(arrival_rate * mean_service - 1e-9)),
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolConfig:
-    """``env_pool`` settings: ``workers`` (>= 1) of ``kind`` ``thread`` or ``process``."""
-
-    workers: int = 4
-    kind: str = "thread"
-
-    def make(self) -> EnvPool:
-        return EnvPool(self.workers, self.kind)
 
 
 class RealLatency:

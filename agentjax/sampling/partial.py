@@ -19,7 +19,6 @@ generated before the pause keep the old version.
 
 from __future__ import annotations
 
-import enum
 import functools
 
 import jax
@@ -27,12 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentjax.policy.model import init_cache
+from agentjax.sampling.queue import ResumeMode
 from agentjax.sampling.sampler import NO_VERSION, Sampler, SamplerState, _forward_window
-
-
-class ResumeMode(enum.StrEnum):
-    RECOMPUTE = "recompute"
-    KEEP = "keep"
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -60,7 +55,7 @@ def resume(sampler: Sampler, params, state: SamplerState, *, version, mode: Resu
       The state to continue from. With ``recompute`` the MoE routes of the prefix are replaced by
       the new parameters' choices (the ones later tokens attend through).
     """
-    mode = ResumeMode(mode)
+    mode = ResumeMode.parse("mode", mode)
     if mode == ResumeMode.KEEP:
         return state
     return _recompute(sampler, params, state, jnp.asarray(version, jnp.int32))

@@ -23,10 +23,26 @@ import heapq
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from agentjax.choice import Choice
 from agentjax.trajectory import StopReason, Trajectory
 
-MODES = ("sync", "async", "windowed_fifo")
-RESUME = ("recompute", "keep")
+
+class SchedulerMode(Choice):
+    SYNC = "sync"
+    ASYNC = "async"
+    WINDOWED_FIFO = "windowed_fifo"
+
+
+class ResumeMode(Choice):
+    """How a paused rollout continues: ``recompute`` its context under the new weights, or
+    ``keep`` its KV cache (tokens sampled before the pause keep their behaviour version)."""
+
+    RECOMPUTE = "recompute"
+    KEEP = "keep"
+
+
+MODES = tuple(SchedulerMode.values())
+RESUME = tuple(ResumeMode.values())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The scheduler's configuration and its account of a run: per-submission records and the log.
 
-``SchedulerConfig.mode`` is one of ``("sync", "async", "windowed_fifo")`` (``window`` for the
-latter); invalid values raise ``ValueError`` naming the field and the allowed values. A
+``SchedulerConfig.mode`` is a :class:`~agentjax.sampling.queue.SchedulerMode` (``window`` for
+``windowed_fifo``); invalid values raise ``ValueError`` naming the field and the allowed values. A
 :class:`Record` is one submission's life: versions (behaviour, completion, consumption, hence the
 generation-time and queue-time version gaps), times, rounds and pauses, slot time, and its one
 terminal state.
@@ -13,37 +13,53 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
+from agentjax.choice import coerce
 from agentjax.sampling import staleness as stl
-from agentjax.sampling.queue import MODES, RESUME, TaskCaps
+from agentjax.sampling.envpool import EnvPoolKind
+from agentjax.sampling.queue import ResumeMode, SchedulerMode, TaskCaps
 from agentjax.sampling.staleness import Admission, Terminal
 from agentjax.trajectory import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
 class SchedulerConfig:
-    mode: str = "async"  # one of MODES
-    batch_size: int = 32  # trajectories per learner step
+    """Every scheduler setting, defined once: it is the run config's ``scheduler`` section itself.
+
+    The batch size is not here: it is ``rl.batch_size``, passed to the :class:`Scheduler`. The
+    staleness bounds are :class:`~agentjax.sampling.staleness.StalenessConfig` (the ``admission``
+    section).
+    """
+
+    mode: SchedulerMode = SchedulerMode.ASYNC
     num_slots: int = 32  # concurrent rollout rounds ("devices")
-    window: int | None = None  # windowed_fifo only
-    round_budget: int | None = None  # action tokens per rollout per round (partial rollout)
-    resume: str = "recompute"  # one of RESUME
+    window: int = 64  # windowed_fifo: the consumption window W (ignored by the other modes)
+    round_budget: int = 0  # action tokens per rollout per round (partial rollout); 0: no budget
+    resume: ResumeMode = ResumeMode.RECOMPUTE
     caps: TaskCaps = TaskCaps()
     learner_step_time: float = 0.0  # seconds per learner step on the virtual clock
+    gen_seconds_per_token: float = 0.02  # virtual clock: seconds per sampled token
+    engine_slots: int = 0  # > 0: sample on the slot engine (EngineRollout) with this many slots
+    engine_chunk: int = 8  # decode tokens per slot-engine generate call
+    env_workers: int = 8  # slot engine: environment pool size
+    env_pool: EnvPoolKind = EnvPoolKind.THREAD  # slot engine: thread or process workers
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.resume not in RESUME:
-            raise ValueError(f"resume must be one of {RESUME}, got {self.resume!r}")
-        if self.mode == "windowed_fifo" and (self.window is None or self.window < 1):
-            raise ValueError(f"window must be an int >= 1 for windowed_fifo, got {self.window!r}")
-        if self.mode != "windowed_fifo" and self.window is not None:
-            raise ValueError(f"window is only valid with mode='windowed_fifo', got {self.mode!r}")
-        for name in ("batch_size", "num_slots"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.round_budget is not None and self.round_budget < 1:
-            raise ValueError(f"round_budget must be >= 1 or None, got {self.round_budget}")
+        coerce(self, mode=SchedulerMode, resume=ResumeMode, env_pool=EnvPoolKind)
+        if self.round_budget is None:  # the library's spelling of "no budget"
+            object.__setattr__(self, "round_budget", 0)
+        if self.window is None and self.mode != SchedulerMode.WINDOWED_FIFO:  # unused there
+            object.__setattr__(self, "window", SchedulerConfig.window)
+        for name in ("num_slots", "window", "engine_chunk", "env_workers"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be an integer >= 1")
+        for name in ("round_budget", "engine_slots"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
+
+    @property
+    def consume_window(self) -> int | None:
+        """The window :func:`~agentjax.sampling.queue.consumable` applies (None but windowed_fifo)."""
+        return self.window if self.mode == SchedulerMode.WINDOWED_FIFO else None
 
 
 @dataclasses.dataclass

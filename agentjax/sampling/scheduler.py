@@ -46,7 +46,7 @@ __all__ = ["Consumed", "Record", "RunLog", "Scheduler", "SchedulerConfig", "run"
 # only indices, weights and admissions: a snapshot does not grow with every trajectory trained
 # (the journal holds those).
 SNAPSHOT_FIELDS = (
-    "cfg", "scfg", "params", "st", "version", "steps", "records", "task", "traj", "state",
+    "cfg", "scfg", "batch_size", "params", "st", "version", "steps", "records", "task", "traj", "state",
     "running", "round_start", "paused", "completed", "window", "batch", "batches",
     "learner_ticket", "step_end_times", "events", "round_open", "round_queue", "retry_queue",
     "retry_of", "retry_states",
@@ -74,6 +74,7 @@ class Scheduler:
         *,
         config: SchedulerConfig,
         staleness_config: stl.StalenessConfig,
+        batch_size: int,
         executor: Any = None,
         admission: Callable[[stl.SampleInfo, stl.StalenessConfig], stl.Decision] = stl.admit,
         drift_fn: Callable[[Trajectory, int], float | None] | None = None,
@@ -82,9 +83,10 @@ class Scheduler:
         """``retry(state, task, trajectory) -> (state, task_or_None)``: called for every infra
         fault (masked); a returned task is submitted again before any new one. ``state`` starts as
         None per original task and is kept in the snapshot (see :mod:`agentjax.sampling.retry`)."""
-        if staleness_config.batch_size != config.batch_size:
-            raise ValueError("staleness_config.batch_size must equal config.batch_size")
-        if staleness_config.queue_capacity < config.batch_size:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} is invalid; must be an integer >= 1")
+        staleness_config = staleness_config.resolved(batch_size, config.num_slots)
+        if staleness_config.queue_capacity < batch_size:
             raise ValueError("queue_capacity must be >= batch_size (else the learner starves)")
         self.tasks, self.worker, self.learner = iter(tasks), worker, learner
         self.admission, self.drift_fn, self.retry = admission, drift_fn, retry
@@ -92,6 +94,7 @@ class Scheduler:
         self.retry_of: dict[int, int] = {}  # index of a retried submission -> original index
         self.retry_states: dict[int, Any] = {}
         self.cfg, self.scfg, self.params = config, staleness_config, params
+        self.batch_size = batch_size
         self.ex = SimulatedExecutor() if executor is None else executor
         self.st = stl.init(staleness_config)
         self.version = self.steps = 0
@@ -156,7 +159,7 @@ class Scheduler:
         item = WorkItem(
             self.task[index],
             self.version,
-            self.cfg.round_budget,
+            self.cfg.round_budget or None,
             self.cfg.caps,
             self.cfg.resume,
             self.state.pop(index, None),
@@ -180,7 +183,7 @@ class Scheduler:
                 del self.paused[ready]
                 self._start_round(ready)
                 continue
-            if stl.capacity(self.st, self.scfg) <= 0:
+            if stl.capacity(self.st, self.scfg, self.batch_size) <= 0:
                 return
             index = self._submit_new()
             if index is None:
@@ -189,10 +192,10 @@ class Scheduler:
 
     def _fill_sync(self) -> None:
         if not self.round_open and self.learner_ticket is None:
-            units = list(self.paused)[: self.cfg.batch_size]
+            units = list(self.paused)[: self.batch_size]
             for i in units:
                 del self.paused[i]
-            while len(units) < self.cfg.batch_size:
+            while len(units) < self.batch_size:
                 index = self._submit_new()
                 if index is None:
                     break
@@ -239,12 +242,12 @@ class Scheduler:
                 self._take(index)
             self.round_open = False
         else:
-            while len(self.batch) < self.cfg.batch_size:
-                cands = consumable(self.cfg.mode, self.completed, self.window.head, self.cfg.window)
+            while len(self.batch) < self.batch_size:
+                cands = consumable(self.cfg.mode, self.completed, self.window.head, self.cfg.consume_window)
                 if not cands:
                     break
                 self._take(cands[0])
-            if len(self.batch) < self.cfg.batch_size:
+            if len(self.batch) < self.batch_size:
                 return
         if self.batch:
             self._start_step()
@@ -457,6 +460,7 @@ def run(
     *,
     config: SchedulerConfig,
     staleness_config: stl.StalenessConfig,
+    batch_size: int,
     num_steps: int,
     executor: Any = None,
     admission: Callable[[stl.SampleInfo, stl.StalenessConfig], stl.Decision] = stl.admit,
@@ -469,8 +473,9 @@ def run(
       worker: runs one round of one rollout (see :class:`RolloutWorker`).
       learner: pure ``learner(params, batch) -> params``; ``batch`` is a list of :class:`Consumed`.
       params: initial parameters (version 0).
-      config: mode, batch size, slots, partial-rollout budget, caps.
+      config: mode, slots, window, partial-rollout budget, caps.
       staleness_config: bounds and admission policy (see :mod:`agentjax.sampling.staleness`).
+      batch_size: trajectories per learner step.
       num_steps: learner steps to run.
       executor: :class:`SimulatedExecutor` (default, deterministic) or :class:`ThreadedExecutor`.
       admission: the per-sample admission policy.
@@ -488,6 +493,7 @@ def run(
             params,
             config=config,
             staleness_config=staleness_config,
+            batch_size=batch_size,
             executor=executor,
             admission=admission,
             drift_fn=drift_fn,

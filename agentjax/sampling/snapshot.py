@@ -36,13 +36,17 @@ from typing import Any
 
 import numpy as np
 
-FORMAT, VERSION = "agentjax-scheduler-snapshot", 1
+# Version 2: the batch size is the scheduler's ``batch_size`` field (no longer in its two
+# configs); choices are enum members. A version-1 snapshot is rejected (start a new workdir).
+FORMAT, VERSION = "agentjax-scheduler-snapshot", 2
 
 # Every type a snapshot may hold ("module:qualname"; an explicit allow-list).
 TYPES = frozenset({
     "agentjax.trajectory:Trajectory", "agentjax.trajectory:Turn", "agentjax.trajectory:StopReason",
     "agentjax.sampling.runlog:Record", "agentjax.sampling.runlog:Consumed",
     "agentjax.sampling.runlog:SchedulerConfig", "agentjax.sampling.queue:TaskCaps",
+    "agentjax.sampling.queue:SchedulerMode", "agentjax.sampling.queue:ResumeMode",
+    "agentjax.sampling.envpool:EnvPoolKind",
     "agentjax.sampling.queue:WorkItem", "agentjax.sampling.queue:RoundResult",
     "agentjax.sampling.staleness:StalenessConfig", "agentjax.sampling.staleness:StalenessState",
     "agentjax.sampling.staleness:Terminal", "agentjax.sampling.staleness:Admission",
@@ -180,9 +184,11 @@ def loads(blob: bytes, *, source: str = "snapshot", fields: tuple[str, ...] = ()
             "header; an old pickled snapshot or another file)"
         )
     if head.get("version") != VERSION:
+        v = head.get("version")
+        who = "an older" if isinstance(v, int) and v < VERSION else "a newer"
         raise SnapshotError(
-            f"{source} has snapshot format version {head.get('version')!r}; this "
-            f"agentjax reads version {VERSION} only"
+            f"{source} has snapshot format version {v!r}; this agentjax reads version {VERSION} "
+            f"only ({who} agentjax wrote it: resume with that version, or start a new workdir)"
         )
     if len(body) != head.get("body_bytes") or zlib.crc32(body) != head.get("crc32"):
         raise SnapshotError(

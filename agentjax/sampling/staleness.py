@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -67,14 +66,17 @@ class Event(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class StalenessConfig:
-    """Bounds and admission policy. ``class_max_gap`` overrides the gap bound per task class."""
+    """Bounds and admission policy: the run config's ``admission`` section itself.
 
-    batch_size: int
+    ``class_max_gap`` overrides the gap bound per task class. The batch size is not here: it is
+    the learner's (``rl.batch_size``), passed to :func:`capacity` by the scheduler.
+    """
+
     max_version_gap: int = 4
     max_in_flight: int = 1 << 30
-    queue_capacity: int = 1 << 30
-    class_max_gap: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    downweight_from_gap: int | None = None  # gaps above this get weight decay**(gap - from)
+    queue_capacity: int = 1 << 30  # 0: 4 x the batch size, at least the slot count (the scheduler's)
+    class_max_gap: dict[str, int] = dataclasses.field(default_factory=dict)
+    downweight_from_gap: int = -1  # >= 0: gaps above it get weight decay**(gap - from); -1: off
     downweight_decay: float = 0.5
     max_drift: float | None = None  # measured drift above this: reject
     objective_drift: float | None = None  # drift above this (below max_drift): to the objective
@@ -82,13 +84,30 @@ class StalenessConfig:
     pressure_tighten: int = 0  # ... by this many versions (fresh samples are plentiful then)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_in_flight", "queue_capacity"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.downweight_from_gap is None:  # the library's older spelling of "off"
+            object.__setattr__(self, "downweight_from_gap", -1)
+        object.__setattr__(self, "class_max_gap", dict(self.class_max_gap))
+        for k, v in self.class_max_gap.items():
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"class_max_gap.{k}={v!r} is invalid; must be an integer >= 0")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={self.max_in_flight} is invalid; must be >= 1")
+        if self.queue_capacity < 0:
+            raise ValueError(f"queue_capacity={self.queue_capacity} is invalid; >= 1, or 0 (derived)")
         if self.max_version_gap < 0:
-            raise ValueError(f"max_version_gap must be >= 0, got {self.max_version_gap}")
+            raise ValueError(f"max_version_gap={self.max_version_gap} is invalid; must be >= 0")
+        if self.downweight_from_gap < -1:
+            raise ValueError(f"downweight_from_gap={self.downweight_from_gap} is invalid; >= 0, or -1 (off)")
         if not 0.0 < self.downweight_decay <= 1.0:
-            raise ValueError(f"downweight_decay must be in (0, 1], got {self.downweight_decay}")
+            raise ValueError(f"downweight_decay={self.downweight_decay} is invalid; must be in (0, 1]")
+        if self.pressure_tighten < 0:
+            raise ValueError(f"pressure_tighten={self.pressure_tighten} is invalid; must be >= 0")
+
+    def resolved(self, batch_size: int, num_slots: int) -> StalenessConfig:
+        """With ``queue_capacity=0`` replaced by its derived value (what the scheduler runs on)."""
+        if self.queue_capacity:
+            return self
+        return dataclasses.replace(self, queue_capacity=max(4 * batch_size, num_slots))
 
     @property
     def hist_bins(self) -> int:
@@ -167,17 +186,23 @@ def is_conserved(state: StalenessState) -> bool:
     return bool(total == state.submitted and state.in_flight >= 0 and state.queued >= 0)
 
 
+def _queue_capacity(config: StalenessConfig) -> int:
+    if not config.queue_capacity:
+        raise ValueError("queue_capacity=0 (derived) must be resolved first: StalenessConfig.resolved")
+    return config.queue_capacity
+
+
 def queue_pressure(state: StalenessState, config: StalenessConfig) -> float:
     """Share of the queue taken by completed and in-flight work (1.0 = full)."""
-    return (state.queued + state.in_flight) / config.queue_capacity
+    return (state.queued + state.in_flight) / _queue_capacity(config)
 
 
-def capacity(state: StalenessState, config: StalenessConfig) -> int:
-    """How many new tasks may be submitted now (0 = backpressure)."""
+def capacity(state: StalenessState, config: StalenessConfig, batch_size: int) -> int:
+    """How many new tasks may be submitted now (0 = backpressure) with ``batch_size`` per step."""
     held = state.trained + state.masked + state.queued + state.in_flight
-    off_policy = (config.max_version_gap + state.version + 1) * config.batch_size - held
+    off_policy = (config.max_version_gap + state.version + 1) * batch_size - held
     concurrency = config.max_in_flight - state.in_flight
-    queue_room = config.queue_capacity - state.queued - state.in_flight
+    queue_room = _queue_capacity(config) - state.queued - state.in_flight
     return max(0, min(off_policy, concurrency, queue_room))
 
 
@@ -217,7 +242,7 @@ def admit(info: SampleInfo, config: StalenessConfig) -> Decision:
     if info.drift is not None and config.objective_drift is not None and info.drift > config.objective_drift:
         return Decision(Admission.TO_OBJECTIVE, 1.0, f"drift {info.drift:.4g} to objective")
     dw = config.downweight_from_gap
-    if dw is not None and info.version_gap > dw:
+    if dw >= 0 and info.version_gap > dw:
         w = float(config.downweight_decay ** (info.version_gap - dw))
         return Decision(Admission.DOWNWEIGHT, w, f"version_gap {info.version_gap} > {dw}")
     return Decision(Admission.ACCEPT, 1.0, "")

@@ -9,7 +9,6 @@ version, which the trajectory's per-token versions record).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import time
 from collections.abc import Mapping, Sequence
 
@@ -17,11 +16,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from agentjax.choice import Choice
 from agentjax.sharding.mesh import make_mesh
 from agentjax.sharding.rules import ShardingRules, param_shardings
 
 
-class PlacementKind(str, enum.Enum):
+class PlacementKind(Choice):
     COLOCATED = "colocated"
     DISAGGREGATED = "disaggregated"
 

@@ -2,10 +2,11 @@
 
 ``model.hf_path=DIR`` (a local HF checkpoint: ``config.json``, ``*.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json`` with a chat template) gives the architecture, the
-weights, the tokenizer and the chat template; the run config gives only :data:`HF_FIELDS`
-(dtype, ``max_seq_len``, kernel choices) and ``model.tool_format`` (how the model writes tool
-calls: ``hermes`` or ``plain``). Without it, the model is built from the ``model`` fields and the
-vocabulary the task names (minirepo's word tokenizer).
+weights, the tokenizer and the chat template; the run config gives only the fields of
+:class:`HFModel` (dtype, ``max_seq_len``, kernel choices, and ``tool_format``: how the model
+writes tool calls, ``hermes`` or ``plain``). Without it, the ``model`` section is a
+:class:`~agentjax.policy.config.ModelConfig` and the task's vocabulary (minirepo's word tokenizer)
+sets its ``vocab_size``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,41 @@ from pathlib import Path
 from typing import Any
 
 from agentjax.envs import toolcalls
-from agentjax.policy.config import ConfigError, ModelConfig
+from agentjax.policy.config import ConfigError, DType, ModelConfig, Remat
 from agentjax.policy.hf import OVERRIDABLE
 
-HF_FIELDS = ("hf_path", "tool_format", "param_dtype", *OVERRIDABLE)
 SOURCE_DIR = "hf_source"  # <workdir>/hf_source: the source config.json and tokenizer files
+
+
+@dataclasses.dataclass(frozen=True)
+class HFModel:
+    """The run config's ``model`` section with ``model.hf_path``: the architecture, weights and
+    tokenizer come from that directory; the run sets only these (None: the checkpoint's value,
+    or the model's default where config.json has none)."""
+
+    hf_path: str
+    tool_format: toolcalls.ToolFormat = toolcalls.ToolFormat.HERMES
+    param_dtype: DType = DType.FLOAT32
+    max_seq_len: int | None = None
+    compute_dtype: DType | None = None
+    head_dtype: DType | None = None
+    exact_tile: int | None = None
+    layer_unroll: int | None = None
+    remat: Remat | None = None
+    activation_rows: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "tool_format", toolcalls.ToolFormat.parse("tool_format", self.tool_format))
+        object.__setattr__(self, "param_dtype", DType.parse("param_dtype", self.param_dtype))
+        for f, cls in (("compute_dtype", DType), ("head_dtype", DType), ("remat", Remat)):
+            if getattr(self, f) is not None:
+                object.__setattr__(self, f, cls.parse(f, getattr(self, f)))
+        if not Path(self.hf_path).is_dir():
+            raise ConfigError(f"model.hf_path={self.hf_path!r} is not a directory (a local HF checkpoint)")
+
+    def overrides(self) -> dict:
+        """The :data:`~agentjax.policy.hf.OVERRIDABLE` fields the run sets."""
+        return {k: getattr(self, k) for k in OVERRIDABLE if getattr(self, k) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,36 +62,13 @@ class Policy:
     hf_path: str = ""  # "" = random init of the built-in model
 
 
-def check(model: dict) -> None:
-    """Field-level checks of the ``model`` section (the checkpoint itself is read in :func:`build`)."""
-    if "vocab_size" in model:
-        raise ConfigError("model.vocab_size is set by the tokenizer; remove it from the config")
-    path = model.get("hf_path") or ""
-    if not path:
-        extra = sorted({"hf_path", "tool_format"} & set(model))
-        rest = {k: v for k, v in model.items() if k not in extra}
-        ModelConfig.from_dict({**rest, "vocab_size": 8})  # field names and values checked now
-        return
-    bad = sorted(set(model) - set(HF_FIELDS))
-    if bad:
-        raise ConfigError(
-            f"model fields {[f'model.{b}' for b in bad]} come from {path}/config.json "
-            f"with model.hf_path; allowed here: {sorted(HF_FIELDS)}"
-        )
-    if not Path(path).is_dir():
-        raise ConfigError(f"model.hf_path={path!r} is not a directory (a local HF checkpoint)")
-    fmt = model.get("tool_format", "hermes")
-    if fmt not in toolcalls.FORMATS:
-        raise ConfigError(f"model.tool_format={fmt!r} is invalid; allowed values: {list(toolcalls.FORMATS)}")
-
-
-def build(model: dict, suite) -> Policy:
-    """Config, tokenizer and codec; every file of a HF directory is checked here, before training."""
+def build(model: ModelConfig | HFModel, suite) -> Policy:
+    """Config, tokenizer and codec; every file of a HF directory is checked here, before training.
+    A built-in ``model`` gets the task's word tokenizer and its ``vocab_size``."""
     from agentjax.policy.codec import Codec  # noqa: PLC0415
     from agentjax.policy.tokenizer import WordTokenizer  # noqa: PLC0415
 
-    path = model.get("hf_path") or ""
-    if not path:
+    if isinstance(model, ModelConfig):
         words = suite.vocabulary()
         if words is None:
             raise ConfigError(
@@ -68,16 +76,15 @@ def build(model: dict, suite) -> Policy:
                 "to a HF directory (e.g. python -m launch.make_tiny_hf)"
             )
         tok = WordTokenizer(words)
-        rest = {k: v for k, v in model.items() if k not in ("hf_path", "tool_format")}
-        return Policy(ModelConfig.from_dict({**rest, "vocab_size": tok.vocab_size}), tok, Codec(tok))
+        return Policy(dataclasses.replace(model, vocab_size=tok.vocab_size), tok, Codec(tok))
     from agentjax.policy import hf_tensors  # noqa: PLC0415
     from agentjax.policy.chat import load_chat_tokenizer  # noqa: PLC0415
     from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names  # noqa: PLC0415
     from agentjax.policy.model import param_spec  # noqa: PLC0415
     from agentjax.sampling.chat_codec import ChatCodec  # noqa: PLC0415
 
-    over = {k: v for k, v in model.items() if k in OVERRIDABLE}
-    config = load_hf_config(path, dtype=model.get("param_dtype", "float32"), **over)
+    path = model.hf_path
+    config = load_hf_config(path, dtype=model.param_dtype, **model.overrides())
     tok, chat = load_chat_tokenizer(path)
     if tok.vocab_size > config.vocab_size:
         raise HFImportError(
@@ -96,7 +103,7 @@ def build(model: dict, suite) -> Policy:
         chat,
         tools=tuple(suite.tools),
         system=suite.system,
-        tool_format=model.get("tool_format", "hermes"),
+        tool_format=model.tool_format,
     )
     return Policy(config, tok, codec, str(path))
 

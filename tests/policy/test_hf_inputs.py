@@ -179,7 +179,7 @@ def test_hf_configs_parse_and_name_a_missing_directory(tiny_hf_dir):
             runconfig.parse(c)
         c.model.hf_path = str(tiny_hf_dir)
         run = runconfig.parse(c)
-        assert run.task.name == "codefix" and run.model["tool_format"] == "hermes"
+        assert run.task.name == "codefix" and run.model.tool_format == "hermes"
     c.model.tool_format = "xml"
     with pytest.raises(
         ConfigError, match=r"model.tool_format='xml' is invalid; allowed values: \['plain', 'hermes'\]"

@@ -18,14 +18,15 @@ def _task(i, label=Label.PASS):
 
 def _run(retry):
     tasks = [_task(0, Label.INFRA_FAULT)] + [_task(i) for i in range(1, 12)]
-    cfg = sch.SchedulerConfig(mode="async", batch_size=2, num_slots=2)
+    cfg = sch.SchedulerConfig(mode="async", num_slots=2)
     s = sch.Scheduler(
         tasks,
         SimulatedWorker(),
         lambda p, b: p + 1,
         0,
         config=cfg,
-        staleness_config=stl.StalenessConfig(batch_size=2, max_version_gap=100),
+        staleness_config=stl.StalenessConfig(max_version_gap=100),
+        batch_size=2,
         retry=retry,
     )
     log = s.run(4).finish()

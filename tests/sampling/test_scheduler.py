@@ -25,8 +25,8 @@ def task(i, *turns, cls="short", label=Label.PASS):
 
 
 def run(tasks, mode="async", *, batch=1, slots=4, window=None, steps=4, gap=100, **kw):
-    cfg = sch.SchedulerConfig(mode=mode, batch_size=batch, num_slots=slots, window=window, **kw)
-    scfg = stl.StalenessConfig(batch_size=batch, max_version_gap=gap)
+    cfg = sch.SchedulerConfig(mode=mode, num_slots=slots, window=window, **kw)
+    scfg = stl.StalenessConfig(max_version_gap=gap)
     return sch.run(
         tasks,
         SimulatedWorker(),
@@ -34,6 +34,7 @@ def run(tasks, mode="async", *, batch=1, slots=4, window=None, steps=4, gap=100,
         0,
         config=cfg,
         staleness_config=scfg,
+        batch_size=batch,
         num_steps=steps,
     )
 
@@ -140,13 +141,15 @@ def test_submission_window_head():
 @pytest.mark.parametrize(
     "kw,field",
     [
-        ({"mode": "greedy"}, "mode must be one of \\('sync', 'async', 'windowed_fifo'\\)"),
-        ({"mode": "windowed_fifo"}, "window"),
+        (
+            {"mode": "greedy"},
+            r"mode='greedy' is invalid; allowed values: \['sync', 'async', 'windowed_fifo'\]",
+        ),
+        ({"mode": "windowed_fifo", "window": None}, "window"),
         ({"mode": "windowed_fifo", "window": 0}, "window"),
-        ({"mode": "async", "window": 4}, "window"),
-        ({"resume": "reuse"}, "resume must be one of \\('recompute', 'keep'\\)"),
-        ({"batch_size": 0}, "batch_size"),
-        ({"round_budget": 0}, "round_budget"),
+        ({"resume": "reuse"}, r"resume='reuse' is invalid; allowed values: \['recompute', 'keep'\]"),
+        ({"num_slots": 0}, "num_slots"),
+        ({"round_budget": -1}, "round_budget"),
     ],
 )
 def test_invalid_scheduler_config_names_the_field(kw, field):
@@ -155,17 +158,19 @@ def test_invalid_scheduler_config_names_the_field(kw, field):
 
 
 def test_run_rejects_inconsistent_configs():
-    cfg = sch.SchedulerConfig(batch_size=4)
-    with pytest.raises(ValueError, match="batch_size"):
-        sch.run(
-            [],
-            SimulatedWorker(),
-            lambda p, b: p,
-            0,
-            config=cfg,
-            staleness_config=stl.StalenessConfig(batch_size=2),
-            num_steps=1,
-        )
+    cfg = sch.SchedulerConfig()
+    for bad in (0, "4"):
+        with pytest.raises(ValueError, match="batch_size"):
+            sch.run(
+                [],
+                SimulatedWorker(),
+                lambda p, b: p,
+                0,
+                config=cfg,
+                staleness_config=stl.StalenessConfig(),
+                batch_size=bad,
+                num_steps=1,
+            )
     with pytest.raises(ValueError, match="queue_capacity"):
         sch.run(
             [],
@@ -173,6 +178,30 @@ def test_run_rejects_inconsistent_configs():
             lambda p, b: p,
             0,
             config=cfg,
-            staleness_config=stl.StalenessConfig(batch_size=4, queue_capacity=3),
+            staleness_config=stl.StalenessConfig(queue_capacity=3),
+            batch_size=4,
             num_steps=1,
         )
+
+
+def test_derived_queue_capacity_is_four_batches_at_least_the_slots():
+    s = sch.Scheduler(
+        [],
+        SimulatedWorker(),
+        lambda p, b: p,
+        0,
+        config=sch.SchedulerConfig(num_slots=40),
+        staleness_config=stl.StalenessConfig(queue_capacity=0),
+        batch_size=8,
+    )
+    assert s.scfg.queue_capacity == 40
+    s = sch.Scheduler(
+        [],
+        SimulatedWorker(),
+        lambda p, b: p,
+        0,
+        config=sch.SchedulerConfig(num_slots=4),
+        staleness_config=stl.StalenessConfig(queue_capacity=0),
+        batch_size=8,
+    )
+    assert s.scfg.queue_capacity == 32

@@ -35,10 +35,8 @@ def run(
     scfg_kw=None,
     **kw,
 ):
-    cfg = sch.SchedulerConfig(
-        mode=mode, window=window, batch_size=batch, num_slots=slots, learner_step_time=5.0, **kw
-    )
-    scfg = stl.StalenessConfig(batch_size=batch, max_version_gap=gap, **(scfg_kw or {}))
+    cfg = sch.SchedulerConfig(mode=mode, window=window, num_slots=slots, learner_step_time=5.0, **kw)
+    scfg = stl.StalenessConfig(max_version_gap=gap, **(scfg_kw or {}))
     wl = long_tailed_workload(seed, infra_fault_rate=0.05)
     return sch.run(
         wl,
@@ -47,6 +45,7 @@ def run(
         np.zeros(3),
         config=cfg,
         staleness_config=scfg,
+        batch_size=batch,
         num_steps=steps,
         executor=executor,
     )
@@ -120,10 +119,8 @@ def test_backpressure_bounds_queue_and_flight():
 
 def test_drift_and_class_aware_admission():
     drift = lambda traj, v: 1.0 if traj.task_class == "long" else 0.0
-    cfg = sch.SchedulerConfig(mode="async", batch_size=8, num_slots=8, learner_step_time=5.0)
-    scfg = stl.StalenessConfig(
-        batch_size=8, max_version_gap=6, max_drift=0.5, downweight_from_gap=0, downweight_decay=0.5
-    )
+    cfg = sch.SchedulerConfig(mode="async", num_slots=8, learner_step_time=5.0)
+    scfg = stl.StalenessConfig(max_version_gap=6, max_drift=0.5, downweight_from_gap=0, downweight_decay=0.5)
     log = sch.run(
         long_tailed_workload(1),
         SimulatedWorker(),
@@ -131,6 +128,7 @@ def test_drift_and_class_aware_admission():
         np.zeros(3),
         config=cfg,
         staleness_config=scfg,
+        batch_size=8,
         num_steps=12,
         drift_fn=drift,
     )
@@ -205,14 +203,15 @@ def test_snapshot_restore_continues_exactly(mode, window, budget):
         cfg = sch.SchedulerConfig(
             mode=mode,
             window=window,
-            batch_size=8,
             num_slots=8,
             round_budget=budget,
             learner_step_time=5.0,
         )
-        scfg = stl.StalenessConfig(batch_size=8, max_version_gap=2)
+        scfg = stl.StalenessConfig(max_version_gap=2)
         wl = long_tailed_workload(5, infra_fault_rate=0.05)
-        return sch.Scheduler(wl, SimulatedWorker(), learner, np.zeros(3), config=cfg, staleness_config=scfg)
+        return sch.Scheduler(
+            wl, SimulatedWorker(), learner, np.zeros(3), config=cfg, staleness_config=scfg, batch_size=8
+        )
 
     straight = make().run(10).finish()
     first = make().run(4)
@@ -240,14 +239,15 @@ def test_snapshot_restore_continues_exactly(mode, window, budget):
 def test_threaded_run_cannot_be_snapshotted():
     ex = ThreadedExecutor(max_workers=2)
     try:
-        cfg = sch.SchedulerConfig(batch_size=2, num_slots=2)
+        cfg = sch.SchedulerConfig(num_slots=2)
         s = sch.Scheduler(
             [],
             SimulatedWorker(),
             learner,
             0.0,
             config=cfg,
-            staleness_config=stl.StalenessConfig(batch_size=2),
+            staleness_config=stl.StalenessConfig(),
+            batch_size=2,
             executor=ex,
         )
         with pytest.raises(TypeError, match="virtual-clock"):

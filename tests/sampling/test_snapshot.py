@@ -18,16 +18,15 @@ def _learner(params, batch):
 
 
 def _scheduler(n=40):
-    cfg = sch.SchedulerConfig(
-        mode="async", batch_size=8, num_slots=8, round_budget=150, learner_step_time=5.0
-    )
+    cfg = sch.SchedulerConfig(mode="async", num_slots=8, round_budget=150, learner_step_time=5.0)
     return sch.Scheduler(
         long_tailed_workload(n, infra_fault_rate=0.05),
         SimulatedWorker(),
         _learner,
         np.zeros(3),
         config=cfg,
-        staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2),
+        staleness_config=stl.StalenessConfig(max_version_gap=2),
+        batch_size=8,
     )
 
 
@@ -43,7 +42,7 @@ def test_snapshot_is_versioned_json_with_named_fields_not_pickle(blobs):
     _, late, _ = blobs
     head, body = late.split(b"\n", 1)
     head = json.loads(head)
-    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == 1
+    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == snap.VERSION == 2
     state = json.loads(body)
     assert set(sch.SNAPSHOT_FIELDS) | {"executor"} == set(state)
     assert not late.startswith(b"\x80")  # not a pickle stream
@@ -84,8 +83,12 @@ def test_restored_run_continues_like_the_straight_one(blobs):
         (lambda b: b"", r"run/scheduler_3 is not an agentjax scheduler snapshot"),
         (lambda b: pickle.dumps({"version": 3}), r"not an agentjax scheduler snapshot"),
         (
-            lambda b: b.replace(b'"version": 1', b'"version": 2', 1),
-            r"format version 2; this agentjax reads version 1",
+            lambda b: b.replace(b'"version": 2', b'"version": 3', 1),
+            r"format version 3; this agentjax reads version 2 only \(a newer agentjax",
+        ),
+        (  # version 1: the configs still held the batch size
+            lambda b: b.replace(b'"version": 2', b'"version": 1', 1),
+            r"format version 1; this agentjax reads version 2 only \(an older agentjax",
         ),
     ],
 )
@@ -100,7 +103,12 @@ def test_decoding_builds_only_registered_types():
     body = json.dumps(evil).encode()
     import zlib
 
-    head = {"format": snap.FORMAT, "version": 1, "body_bytes": len(body), "crc32": zlib.crc32(body)}
+    head = {
+        "format": snap.FORMAT,
+        "version": snap.VERSION,
+        "body_bytes": len(body),
+        "crc32": zlib.crc32(body),
+    }
     with pytest.raises(snap.SnapshotError, match=r"unknown type 'subprocess:Popen'"):
         snap.loads(json.dumps(head).encode() + b"\n" + body)
     with pytest.raises(snap.SnapshotError, match=r"cannot snapshot a .*Thing"):
@@ -155,7 +163,7 @@ def test_retry_state_survives_a_snapshot():
     from agentjax.sampling.retry import make_retry
 
     def make():
-        cfg = sch.SchedulerConfig(mode="async", batch_size=8, num_slots=8, learner_step_time=5.0)
+        cfg = sch.SchedulerConfig(mode="async", num_slots=8, learner_step_time=5.0)
         return sch.Scheduler(
             long_tailed_workload(40, infra_fault_rate=0.3),
             SimulatedWorker(),
@@ -163,7 +171,8 @@ def test_retry_state_survives_a_snapshot():
             np.zeros(3),
             config=cfg,
             retry=make_retry(3, 2),
-            staleness_config=stl.StalenessConfig(batch_size=8, max_version_gap=2),
+            staleness_config=stl.StalenessConfig(max_version_gap=2),
+            batch_size=8,
         )
 
     straight = make().run(8).finish()

@@ -15,7 +15,7 @@ def _apply(state, *kinds, **kw):
 
 
 def test_counters_and_conservation():
-    cfg = stl.StalenessConfig(batch_size=2)
+    cfg = stl.StalenessConfig()
     s = _apply(stl.init(cfg), *[Kind.SUBMIT] * 6)
     s = _apply(s, Kind.COMPLETE, Kind.COMPLETE, Kind.COMPLETE, Kind.COMPLETE)
     s = _apply(s, Kind.TRAIN, Kind.REJECT, Kind.MASK, Kind.FAIL)
@@ -34,33 +34,32 @@ def test_counters_and_conservation():
 
 
 def test_capacity_couples_concurrency_and_off_policy_bound():
-    cfg = stl.StalenessConfig(batch_size=4, max_version_gap=2, max_in_flight=5)
+    cfg = stl.StalenessConfig(max_version_gap=2, max_in_flight=5)
     s = stl.init(cfg)
-    assert stl.capacity(s, cfg) == 5  # min((2 + 0 + 1) * 4 = 12, 5)
+    assert stl.capacity(s, cfg, 4) == 5  # min((2 + 0 + 1) * 4 = 12, 5)
     s = _apply(s, *[Kind.SUBMIT] * 3)
-    assert stl.capacity(s, cfg) == 2
-    loose = stl.StalenessConfig(batch_size=4, max_version_gap=2)
+    assert stl.capacity(s, cfg, 4) == 2
+    loose = stl.StalenessConfig(max_version_gap=2)
     s = _apply(stl.init(loose), *[Kind.SUBMIT] * 12)
-    assert stl.capacity(s, loose) == 0  # (2 + 0 + 1) * 4 - 12
+    assert stl.capacity(s, loose, 4) == 0  # (2 + 0 + 1) * 4 - 12
     s = _apply(s, *[Kind.COMPLETE] * 4, *[Kind.TRAIN] * 4, Kind.VERSION)
-    assert stl.capacity(s, loose) == 4  # (2 + 1 + 1) * 4 - (4 trained + 8 in flight)
+    assert stl.capacity(s, loose, 4) == 4  # (2 + 1 + 1) * 4 - (4 trained + 8 in flight)
     s = _apply(s, Kind.CANCEL)
-    assert stl.capacity(s, loose) == 5  # a dropped sample frees its place
+    assert stl.capacity(s, loose, 4) == 5  # a dropped sample frees its place
 
 
 def test_backpressure_reserves_queue_room_for_in_flight_work():
-    cfg = stl.StalenessConfig(batch_size=2, max_version_gap=100, queue_capacity=6)
+    cfg = stl.StalenessConfig(max_version_gap=100, queue_capacity=6)
     s = _apply(stl.init(cfg), *[Kind.SUBMIT] * 6, *[Kind.COMPLETE] * 4)
     assert (s.queued, s.in_flight) == (4, 2)
-    assert stl.capacity(s, cfg) == 0
+    assert stl.capacity(s, cfg, 2) == 0
     assert stl.queue_pressure(s, cfg) == pytest.approx(1.0)
     s = _apply(s, Kind.TRAIN)
-    assert stl.capacity(s, cfg) == 1
+    assert stl.capacity(s, cfg, 2) == 1
 
 
 def test_admission_applies_the_class_gap_and_drift_and_pressure_rules():
     cfg = stl.StalenessConfig(
-        batch_size=2,
         max_version_gap=4,
         class_max_gap={"long": 6},
         downweight_from_gap=1,
@@ -84,7 +83,7 @@ def test_admission_applies_the_class_gap_and_drift_and_pressure_rules():
 
 
 def test_generation_and_queue_staleness_are_histogrammed_apart():
-    cfg = stl.StalenessConfig(batch_size=1, max_version_gap=3)
+    cfg = stl.StalenessConfig(max_version_gap=3)
     s = _apply(stl.init(cfg), *[Kind.SUBMIT] * 3, *[Kind.COMPLETE] * 3)
     s = stl.update(s, Event(Kind.TRAIN, gen_gap=2, queue_gap=0))
     s = stl.update(s, Event(Kind.TRAIN, gen_gap=0, queue_gap=1))
@@ -96,7 +95,7 @@ def test_generation_and_queue_staleness_are_histogrammed_apart():
 
 
 def test_state_is_a_pytree_and_update_is_pure():
-    cfg = stl.StalenessConfig(batch_size=2)
+    cfg = stl.StalenessConfig()
     s0 = stl.init(cfg)
     s1 = stl.update(s0, Event(Kind.SUBMIT))
     assert s0.submitted == 0 and s1.submitted == 1
@@ -110,9 +109,22 @@ def test_state_is_a_pytree_and_update_is_pure():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("batch_size", 0), ("max_version_gap", -1), ("downweight_decay", 0.0), ("queue_capacity", 0)],
+    [
+        ("max_in_flight", 0),
+        ("max_version_gap", -1),
+        ("downweight_decay", 0.0),
+        ("queue_capacity", -1),
+        ("downweight_from_gap", -2),
+        ("pressure_tighten", -1),
+    ],
 )
 def test_invalid_staleness_config_names_the_field(field, value):
-    kw = {"batch_size": 2, field: value}
-    with pytest.raises(ValueError, match=field):
-        stl.StalenessConfig(**kw)
+    with pytest.raises(ValueError, match=f"{field}={value}"):
+        stl.StalenessConfig(**{field: value})
+
+
+def test_derived_queue_capacity_must_be_resolved_before_use():
+    cfg = stl.StalenessConfig(queue_capacity=0)
+    with pytest.raises(ValueError, match="resolved"):
+        stl.capacity(stl.init(cfg), cfg, 4)
+    assert cfg.resolved(batch_size=4, num_slots=8).queue_capacity == 16
