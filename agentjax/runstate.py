@@ -306,11 +306,12 @@ def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
     ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
+    real = r.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
     return (
         f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
         f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
-        f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/vs | "
+        f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
         f"{time.perf_counter() - r.wall0:.0f}s"
     )
 

@@ -3,13 +3,17 @@
 The one place that knows every component (``launch/train.py`` calls :func:`train`):
 
     tasks (GRPO groups) -> Scheduler (sync | async | windowed FIFO, staleness manager)
-      -> BatchingExecutor -> SamplerWorker (batched multi-turn Rollout over host envs)
+      -> executor (scheduler.clock) -> SamplerWorker (slot engine or lock-step Rollout over host envs)
       -> completed trajectories (journaled) -> learner batch -> jitted train step -> params v+1
       -> weight sync to the sampler (placement) -> ... ; held-out greedy evaluation every k steps.
 
-Everything runs on a virtual clock (simulated tool latency and generation cost), so a run is a
-pure function of its config and seed; it checkpoints (orbax train state + scheduler snapshot) and
-``resume=True`` continues exactly where the last checkpoint left off. The run's parts and
+With ``scheduler.clock='virtual'`` (the default) everything runs on a virtual clock (simulated
+tool latency and generation cost, :class:`BatchingExecutor`), so a run is a pure function of its
+config and seed; it checkpoints (orbax train state + scheduler snapshot) and ``resume=True``
+continues exactly where the last checkpoint left off. With ``'real'`` the sampler and the learner
+run on their own threads in wall-clock time (:class:`RealtimeExecutor`: overlapped in the async
+modes); its checkpoints hold the train state but no scheduler snapshot (threads hold the work in
+flight), so such a run cannot be resumed. The run's parts and
 mutable state live in :mod:`agentjax.runstate`, its files and the resume reconciliation in
 :mod:`agentjax.workdir`; this module only composes them.
 """
@@ -42,6 +46,8 @@ from agentjax.runstate import (
     summarise_run,
     task_dataset,
 )
+from agentjax.sampling.queue import Clock
+from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
 from agentjax.sharding import multihost, param_shardings, shard_params
@@ -83,7 +89,7 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Sched
         config=run.scheduler,
         staleness_config=run.admission,
         batch_size=run.rl.batch_size,
-        executor=BatchingExecutor(),
+        executor=RealtimeExecutor() if run.scheduler.clock == Clock.REAL else BatchingExecutor(),
         retry=loopparts.retry_policy(run),
     )
 
@@ -100,6 +106,12 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     worker = r.worker
     last_eval = None
     if resume:
+        if run.scheduler.clock == Clock.REAL:
+            raise runconfig.ConfigError(
+                "--resume needs scheduler.clock='virtual': a real-time run's in-flight rollouts "
+                "live on threads and are not snapshotted (its checkpoints hold the train state "
+                "for evaluation and export)"
+            )
         header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir)
         if run.loss.kl_coef:
             r.ref_params = ckpt.restore_checkpoint(refdir, params0, step=0).state
@@ -158,7 +170,8 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
         log(progress_line(rows, scheduler, r, last_eval))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
-            files.atomic_write(durable.snapshot_path(ckdir, step), scheduler.snapshot())
+            if run.scheduler.clock == Clock.VIRTUAL:  # real time: threads hold the work in flight
+                files.atomic_write(durable.snapshot_path(ckdir, step), scheduler.snapshot())
             ckpt.save_checkpoint(
                 ckdir,
                 step,
@@ -174,6 +187,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
             durable.prune_snapshots(ckdir, ckpt.all_steps(ckdir))  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
+    if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
+        scheduler.ex.close()
+        summary["realtime"] = scheduler.ex.report()
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
         summary["engine"] = worker.engine_report()
         worker.pool.close()

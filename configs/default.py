@@ -38,6 +38,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
     c.scheduler = dict(
         mode="windowed_fifo",
+        # clock: "virtual" (deterministic: same seed, same run; exact --resume) or "real"
+        # (sampling and learning overlap in wall-clock time; agentjax/sampling/realtime.py)
+        clock="virtual",
         window=64,
         num_slots=128,
         gen_seconds_per_token=0.02,

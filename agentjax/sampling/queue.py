@@ -33,6 +33,13 @@ class SchedulerMode(Choice):
     WINDOWED_FIFO = "windowed_fifo"
 
 
+class Clock(Choice):
+    """What time the scheduler runs on: a deterministic simulation, or the wall clock."""
+
+    VIRTUAL = "virtual"  # BatchingExecutor: a pure function of the seed; snapshots, exact resume
+    REAL = "real"  # RealtimeExecutor: sampling and learning overlap on two threads
+
+
 class ResumeMode(Choice):
     """How a paused rollout continues: ``recompute`` its context under the new weights, or
     ``keep`` its KV cache (tokens sampled before the pause keep their behaviour version)."""

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from agentjax.choice import coerce
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.envpool import EnvPoolKind
-from agentjax.sampling.queue import ResumeMode, SchedulerMode, TaskCaps
+from agentjax.sampling.queue import Clock, ResumeMode, SchedulerMode, TaskCaps
 from agentjax.sampling.staleness import Admission, Terminal
 from agentjax.trajectory import Trajectory
 
@@ -31,6 +31,7 @@ class SchedulerConfig:
     """
 
     mode: SchedulerMode = SchedulerMode.ASYNC
+    clock: Clock = Clock.VIRTUAL  # the training loop's executor (agentjax.sampling.realtime)
     num_slots: int = 32  # concurrent rollout rounds ("devices")
     window: int = 64  # windowed_fifo: the consumption window W (ignored by the other modes)
     round_budget: int = 0  # action tokens per rollout per round (partial rollout); 0: no budget
@@ -44,7 +45,7 @@ class SchedulerConfig:
     env_pool: EnvPoolKind = EnvPoolKind.THREAD  # slot engine: thread or process workers
 
     def __post_init__(self) -> None:
-        coerce(self, mode=SchedulerMode, resume=ResumeMode, env_pool=EnvPoolKind)
+        coerce(self, mode=SchedulerMode, clock=Clock, resume=ResumeMode, env_pool=EnvPoolKind)
         if self.round_budget is None:  # the library's spelling of "no budget"
             object.__setattr__(self, "round_budget", 0)
         if self.window is None and self.mode != SchedulerMode.WINDOWED_FIFO:  # unused there

@@ -46,6 +46,7 @@ TYPES = frozenset({
     "agentjax.sampling.runlog:Record", "agentjax.sampling.runlog:Consumed",
     "agentjax.sampling.runlog:SchedulerConfig", "agentjax.sampling.queue:TaskCaps",
     "agentjax.sampling.queue:SchedulerMode", "agentjax.sampling.queue:ResumeMode",
+    "agentjax.sampling.queue:Clock",
     "agentjax.sampling.envpool:EnvPoolKind",
     "agentjax.sampling.queue:WorkItem", "agentjax.sampling.queue:RoundResult",
     "agentjax.sampling.staleness:StalenessConfig", "agentjax.sampling.staleness:StalenessState",
