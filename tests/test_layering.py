@@ -12,12 +12,13 @@ PKG = pathlib.Path(agentjax.__file__).parent
 ALLOWED = {
     "choice": set(),  # the Choice enum base: a leaf every unit may import (see LEAVES)
     "trajectory": set(),
+    "tagjson": set(),
     "objectives": {"trajectory"},
     "policy": set(),
     "envs": {"trajectory"},
     "sharding": {"policy", "objectives", "learner", "sampling"},
-    "sampling": {"policy", "envs", "trajectory"},
-    "learner": {"policy", "objectives", "trajectory"},
+    "sampling": {"policy", "envs", "trajectory", "tagjson"},
+    "learner": {"policy", "objectives", "trajectory", "tagjson"},
     "diagnostics": {"policy", "sampling", "envs", "objectives", "trajectory"},
     "configcheck": {"policy"},
     "tasks": {"policy", "sampling", "envs", "trajectory"},
@@ -33,7 +34,7 @@ ALLOWED = {
                "sharding", "diagnostics", "trajectory", "report", "tasks", "loopparts", "runsections"},
     "evaluation": {"runconfig", "system", "runstate", "policy", "sampling", "learner", "envs", "diagnostics",
                    "tasks"},
-    "testing": {"trajectory", "objectives", "policy", "envs", "sharding", "sampling", "learner",
+    "testing": {"trajectory", "tagjson", "objectives", "policy", "envs", "sharding", "sampling", "learner",
                 "diagnostics", "runconfig", "runstate", "workdir", "system", "evaluation", "tasks"},
 }  # fmt: skip
 LEAVES = {"choice"}  # imports nothing from agentjax; allowed from every unit

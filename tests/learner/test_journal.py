@@ -136,3 +136,116 @@ def test_every_append_is_fsynced(tmp_path, monkeypatch):
     j.append([1])
     j.append([2])
     assert len(calls) == 2
+
+
+def test_a_pickled_journal_from_an_older_agentjax_is_rejected_by_name(tmp_path):
+    """The pre-JSON layout ([len][crc][pickle], no header) is refused, never unpickled."""
+    import pickle
+    import struct
+    import zlib
+
+    import pytest
+
+    from agentjax.learner.journal import JournalError
+
+    path = tmp_path / "journal.bin"
+    body = pickle.dumps({"a": 1})
+    path.write_bytes(struct.pack("<II", len(body), zlib.crc32(body)) + body)
+    for call in (lambda j: j.read(), lambda j: j.append([1]), lambda j: j.truncate(0)):
+        with pytest.raises(
+            JournalError, match=r"journal.bin is not an agentjax journal.*start a new workdir"
+        ):
+            call(Journal(path))
+    assert path.read_bytes()[8:] == body  # left as it was
+
+
+def test_another_format_version_is_rejected_by_name(tmp_path):
+    import pytest
+
+    from agentjax.learner.journal import JournalError
+
+    path = tmp_path / "j.bin"
+    path.write_bytes(b'{"format": "agentjax-journal", "version": 99}\n')
+    with pytest.raises(JournalError, match=r"j.bin has journal format version 99; .* reads version 2"):
+        Journal(path).read()
+
+
+def test_a_torn_header_is_a_torn_tail(tmp_path):
+    """A crash while the first append wrote the header: no records, and resume repairs it."""
+    from agentjax.learner.journal import HEADER
+
+    path = tmp_path / "j.bin"
+    path.write_bytes(HEADER[:7])
+    scan = Journal(path).scan()
+    assert scan.records == [] and scan.torn and scan.valid_bytes == 0
+    Journal(path).truncate(0)
+    j = Journal(path)
+    j.append([1])
+    assert j.read() == [1]
+
+
+def test_trajectories_round_trip_exactly(tmp_path):
+    import numpy as np
+
+    from agentjax.trajectory import StopReason, Trajectory, Turn
+
+    turn = Turn(
+        context=np.arange(5, dtype=np.int32),
+        action=np.array([7, 8], np.int32),
+        logp=np.array([-0.1, np.float32(-1e-8)], np.float32),
+        logp_raw=np.array([-0.2, -0.3], np.float32),
+        version=np.array([3, 4], np.int32),
+        observation=np.zeros(0, np.int32),
+        routes=np.ones((7, 2, 1), np.int32),
+        pauses=(1,),
+    )
+    t = Trajectory(
+        "t1", "easy", [turn], StopReason.FINISHED, rewards=[0.5], final_reward=None, label="pass",
+        reward_evidence={"failed_tests": ["f(1)"], "rubric": {"score": float("nan")}},
+        timings={"generation": 0.25}, submit_index=3,
+    )  # fmt: skip
+    j = Journal(tmp_path / "j.bin")
+    j.append([t])
+    (back,) = Journal(j.path).read()
+    assert type(back) is Trajectory and back.stop_reason is StopReason.FINISHED
+    for name in ("context", "action", "logp", "logp_raw", "version", "observation", "routes"):
+        a, b = getattr(turn, name), getattr(back.turns[0], name)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
+    assert back.turns[0].pauses == (1,) and back.submit_index == 3 and back.final_reward is None
+    assert back.reward_evidence["failed_tests"] == ["f(1)"] and back.timings == {"generation": 0.25}
+
+
+def test_reading_builds_only_registered_types_and_names_a_refactored_one(tmp_path):
+    import json
+    import struct
+    import zlib
+
+    import pytest
+
+    from agentjax.learner.journal import HEADER, JournalError
+
+    def journal(record):
+        body = json.dumps(record).encode()
+        path = tmp_path / "j.bin"
+        path.write_bytes(HEADER + struct.pack("<II", len(body), zlib.crc32(body)) + body)
+        return Journal(path)
+
+    evil = {"$obj": "subprocess:Popen", "f": {"args": ["touch", str(tmp_path / "pwned")]}}
+    with pytest.raises(JournalError, match=r"j.bin: record 0: unknown type 'subprocess:Popen'"):
+        journal(evil).read()
+    assert not (tmp_path / "pwned").exists()
+    renamed = {"$obj": "agentjax.trajectory:Turn", "f": {"ctx": []}}  # a field since renamed
+    with pytest.raises(JournalError, match=r"record 0: cannot rebuild a agentjax.trajectory:Turn"):
+        journal(renamed).read()
+
+
+def test_an_unregistered_type_is_refused_before_anything_is_written(tmp_path):
+    import pytest
+
+    from agentjax.learner.journal import JournalError
+
+    j = Journal(tmp_path / "j.bin")
+    j.append([1])
+    with pytest.raises(JournalError, match=r"cannot journal a record: cannot encode a .*Thing"):
+        j.append([2, type("Thing", (), {})()])
+    assert j.read() == [1]
