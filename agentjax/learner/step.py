@@ -86,7 +86,7 @@ def init_train_state(params, tx: optax.GradientTransformation, seed: int) -> Tra
     )
 
 
-def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, transform):
+def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, transform, mesh):
     logp, _ = token_logprobs(
         params,
         batch["tokens"],
@@ -94,10 +94,11 @@ def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, 
         config=model_config,
         transform=transform,
         routes=batch.get("routes"),
+        mesh=mesh,
     )
     values = None
     if loss_config.value_coef and model_config.value_head != "none":
-        raw = critic_values(params, batch["tokens"], batch["positions"], config=model_config)
+        raw = critic_values(params, batch["tokens"], batch["positions"], config=model_config, mesh=mesh)
         values = critic.state_values(raw)
         if loss_config.advantage == "gae":
             adv, ret = critic.token_gae(
@@ -123,7 +124,7 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
-def behaviour_logprobs(behaviour, batch, *, model_config, transform):
+def behaviour_logprobs(behaviour, batch, *, model_config, transform, mesh=None):
     """The learner's log-probs of every token under the parameters of the version that sampled it.
 
     ``behaviour = (params_tuple, versions)``: K kept parameter versions and their numbers ``[K]``
@@ -146,6 +147,7 @@ def behaviour_logprobs(behaviour, batch, *, model_config, transform):
                 config=model_config,
                 transform=transform,
                 routes=batch.get("routes"),
+                mesh=mesh,
             )[0].astype(jnp.float32)
 
         lp = jax.lax.cond(jnp.any(hit), score, lambda: jnp.zeros(ver.shape, jnp.float32))
@@ -155,12 +157,17 @@ def behaviour_logprobs(behaviour, batch, *, model_config, transform):
     return jax.lax.stop_gradient(out), covered
 
 
-def routing_mismatch(params, batch, recorded, model_config):
+def routing_mismatch(params, batch, recorded, model_config, mesh=None):
     """Share of (real position, layer) whose experts the learner's forward used differ from the
     ones the sampler recorded: 0 with routing replay (``batch["routes"]``), > 0 without it
     (``batch["sampler_routes"]`` only) as soon as the two engines' router logits differ."""
     _, _, aux = forward(
-        params, batch["tokens"], batch["positions"], config=model_config, routes=batch.get("routes")
+        params,
+        batch["tokens"],
+        batch["positions"],
+        config=model_config,
+        routes=batch.get("routes"),
+        mesh=mesh,
     )
     used = jnp.sort(jax.lax.stop_gradient(aux["routes"]), axis=-1)
     differ = jnp.any(used != jnp.sort(recorded, axis=-1), axis=-1)  # [B, T, layers]
@@ -215,6 +222,7 @@ def _train_step(
     transform,
     grad_accum,
     minibatches=1,
+    mesh=None,
 ):
     if ref_params is not None and loss_config.kl_coef:
         ref_logp, _ = token_logprobs(
@@ -224,12 +232,13 @@ def _train_step(
             config=model_config,
             transform=transform,
             routes=batch.get("routes"),
+            mesh=mesh,
         )
         batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
     extra = {}
     recorded = batch.get("routes", batch.get("sampler_routes"))
     if model_config.is_moe and recorded is not None:
-        extra["routing/mismatch"] = routing_mismatch(state.params, batch, recorded, model_config)
+        extra["routing/mismatch"] = routing_mismatch(state.params, batch, recorded, model_config, mesh)
     if "train_v" in loss_config.needs:
         if behaviour is None:
             raise ValueError(
@@ -239,7 +248,7 @@ def _train_step(
                 "ref_params, behaviour=(params_tuple, versions))"
             )
         train_v, covered = behaviour_logprobs(
-            behaviour, batch, model_config=model_config, transform=transform
+            behaviour, batch, model_config=model_config, transform=transform, mesh=mesh
         )
         batch = {**batch, "train_at_behavior_logp": train_v}
         extra["behaviour/covered"] = covered
@@ -251,10 +260,11 @@ def _train_step(
             config=model_config,
             transform=transform,
             routes=batch.get("routes"),
+            mesh=mesh,
         )
         batch = {**batch, "prox_logp": jax.lax.stop_gradient(prox.astype(jnp.float32))}
     upd = functools.partial(
-        _update, args=(model_config, loss_config, transform), tx=tx, grad_accum=grad_accum
+        _update, args=(model_config, loss_config, transform, mesh), tx=tx, grad_accum=grad_accum
     )
     if minibatches == 1:
         params, opt_state, finite, metrics = upd(state.params, state.opt_state, batch)
@@ -287,6 +297,7 @@ def make_train_step(
     grad_accum: int = 1,
     minibatches: int = 1,
     donate: bool = False,
+    mesh=None,
 ):
     """A jitted ``(state, batch, ref_params=None, behaviour=None) -> (state, metrics)``.
 
@@ -294,6 +305,8 @@ def make_train_step(
     objectives that need the learner's log-probs at the version that sampled each token
     (``loss_config.needs``). ``minibatches > 1`` splits the batch into that many sequential
     optimiser updates (the proximal policy of decoupled PPO is the parameters at the start).
+    ``mesh``: the mesh the step runs on, needed when ``model_config.activation_rows`` is set
+    (every forward splits its hidden rows over those axes; see ``policy.model.forward``).
     ``donate=True`` donates the old state's buffers. Leave it off when anything else holds the
     old parameters: colocated sampling shares the very same arrays, and asynchronous rollouts of
     an older version may still run after the step.
@@ -306,5 +319,6 @@ def make_train_step(
         transform=transform,
         grad_accum=grad_accum,
         minibatches=minibatches,
+        mesh=mesh,
     )
     return jax.jit(fn, donate_argnums=0 if donate else ())

@@ -4,7 +4,7 @@
 config and one calling convention for the exact kernels; the kernels are ``kernels.py``.)
 
     logits, cache, aux = forward(params, tokens, positions, *, config, cache=None, routes=None,
-                                 logits_at=None)
+                                 logits_at=None, mesh=None)
 
 "Mode" is only whether ``cache`` is None. With a cache, keys and values are written at slot ==
 position and each query attends to slots ``<= its position`` (prefill and decode are the same
@@ -13,7 +13,9 @@ call). ``routes`` ([B, T, layers, k]) forces MoE expert choices (Rollout Routing
 projection to the rows a caller samples from (the sampler's prefill asks for none). Parameters
 are a plain pytree (dict of arrays) with layers stacked on a leading axis and scanned
 (``ModelConfig.layer_unroll`` unrolls the scan); the sampler passes them through
-:func:`unstack_layers` (a tuple of per-layer trees, run unrolled) once per call.
+:func:`unstack_layers` (a tuple of per-layer trees, run unrolled) once per call. ``mesh``: the
+mesh the caller jits on, where ``ModelConfig.activation_rows`` names mesh axes to split the
+hidden rows over (the model never reads an ambient ``jax.set_mesh``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
@@ -208,15 +210,37 @@ def _post_attention(c: ModelConfig, p, x, o, forced):
     return _pin(c, x + y), chosen, probs
 
 
-def _constrain_rows(c: ModelConfig, x):
-    """Hidden rows ``[N, D]`` split over the mesh axes ``c.activation_rows`` (none: unchanged).
+def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, unrolled: bool):
+    """The sharding of the hidden rows ``[N, D]``: split over ``c.activation_rows`` of ``mesh``
+    (None: no constraint).
 
     Without it, XLA's sharding propagation under FSDP follows the ``embed``-sharded weights and
     every chip computes every row of the batch (see docs/pod_readiness.md).
     """
     if not c.activation_rows:
-        return x
-    return jax.lax.with_sharding_constraint(x, PartitionSpec(c.activation_rows, None))
+        return None
+    spec = PartitionSpec(c.activation_rows, None)
+    if mesh is None:
+        if unrolled:  # TRANSITIONAL: the sampler's call (sampling/sampler.py) passes no mesh yet
+            return spec  # resolved on the ambient mesh, as before
+        raise ValueError(
+            f"ModelConfig.activation_rows={c.activation_rows} splits the hidden rows over mesh "
+            "axes, but no mesh was given: pass forward(..., mesh=<the mesh the call is jitted "
+            "on>) (make_train_step(..., mesh=...) for the learner); the model does not read "
+            "an ambient jax.set_mesh"
+        )
+    missing = [a for a in c.activation_rows if a not in mesh.axis_names]
+    if missing:
+        raise ValueError(
+            f"ModelConfig.activation_rows={c.activation_rows}: the mesh has no axes {missing} "
+            f"(its axes: {tuple(mesh.axis_names)})"
+        )
+    return NamedSharding(mesh, spec)
+
+
+def _constrain_rows(rows, x):
+    """``x`` constrained to the row sharding ``rows`` (None: unchanged)."""
+    return x if rows is None else jax.lax.with_sharding_constraint(x, rows)
 
 
 def unstack_layers(params):
@@ -290,7 +314,7 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     return o.reshape(q.shape), kbuf, vbuf
 
 
-def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
+def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes, mesh=None):
     """Embeddings and the layers; returns final-normed rows [N, D], the cache and MoE stats.
 
     Stacked ``layers`` run as a ``lax.scan`` (the learner); a tuple of per-layer trees (see
@@ -298,6 +322,7 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
     """
     b, t = tokens.shape
     n, tile = b * t, c.row_tile
+    rows = _rows_sharding(c, mesh, unrolled=isinstance(tp["layers"], tuple))
     pos_rows = positions.reshape(n).astype(jnp.int32)
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
     x = _pin(c, tp["embed"][tokens.reshape(n)].astype(c.cdtype))
@@ -312,7 +337,7 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes):
         fresh = False
 
     def block(x, p, forced, kbuf, vbuf):
-        x = _constrain_rows(c, x)
+        x = _constrain_rows(rows, x)
         q, k, v = L.rowwise(lambda x_, pos_: _qkv(c, p, x_, pos_), tile, x, pos_rows)
         o, kbuf, vbuf = _attend(c, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
         post = lambda x_, o_, f_: _post_attention(c, p, x_, o_, f_)
@@ -421,8 +446,21 @@ def _head(c: ModelConfig, params, x, b, t, logits_at):
     return logits.reshape(b, t, -1)
 
 
-def forward(params, tokens, positions, *, config: ModelConfig, cache=None, routes=None, logits_at=None):
+def forward(
+    params,
+    tokens,
+    positions,
+    *,
+    config: ModelConfig,
+    cache=None,
+    routes=None,
+    logits_at=None,
+    mesh: Mesh | AbstractMesh | None = None,
+):
     """Logits (head dtype), the updated cache (None without one) and aux metrics.
+
+    ``mesh``: needed when ``config.activation_rows`` is set (the hidden rows are split over
+    those axes of it at every layer); ignored otherwise.
 
     Logits are ``[B, T, V]``, or with ``logits_at`` (int ``[B, K]``, columns of ``tokens``)
     ``[B, K, V]`` at those columns only: ``[B, 0]`` computes none (the sampler's prefill),
@@ -435,7 +473,7 @@ def forward(params, tokens, positions, *, config: ModelConfig, cache=None, route
     check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
-    x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes)
+    x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes, mesh)
     logits = _head(c, params, x, b, t, logits_at)
     aux = {}
     if c.is_moe:
@@ -445,12 +483,13 @@ def forward(params, tokens, positions, *, config: ModelConfig, cache=None, route
     return logits, new_cache, aux
 
 
-def critic_values(params, tokens, positions, *, config: ModelConfig):
-    """Values [B, T] from the separate critic (value_head="separate") or the shared head."""
+def critic_values(params, tokens, positions, *, config: ModelConfig, mesh=None):
+    """Values [B, T] from the separate critic (value_head="separate") or the shared head;
+    ``mesh`` as for :func:`forward`."""
     if config.value_head == ValueHead.SHARED:
-        return forward(params, tokens, positions, config=config)[2]["values"]
+        return forward(params, tokens, positions, config=config, mesh=mesh)[2]["values"]
     if config.value_head != ValueHead.SEPARATE:
         raise ValueError("critic_values needs value_head 'shared' or 'separate'; got 'none'")
     cc = critic_config(config)
-    x, _, _, _ = _trunk(cc, params["critic"], tokens, positions, None, None)
+    x, _, _, _ = _trunk(cc, params["critic"], tokens, positions, None, None, mesh)
     return _value(x, params["critic"]["value_head"]).reshape(tokens.shape)

@@ -45,8 +45,8 @@ def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Arra
     return jnp.where(j < jnp.asarray(lengths)[:, None], j, pad_position).astype(jnp.int32)
 
 
-def _score(params, tokens, positions, routes, config: ModelConfig, transform):
-    logits, _, aux = forward(params, tokens, positions, config=config, routes=routes)
+def _score(params, tokens, positions, routes, config: ModelConfig, transform, mesh):
+    logits, _, aux = forward(params, tokens, positions, config=config, routes=routes, mesh=mesh)
     lp, raw = token_logprobs_from_logits(
         logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.exact_sum
     )
@@ -55,20 +55,20 @@ def _score(params, tokens, positions, routes, config: ModelConfig, transform):
     return out, aux.get("routes")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _exact(params, tokens, positions, routes, config, transform):
-    return _score(params, tokens, positions, routes, config, transform)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _exact(params, tokens, positions, routes, config, transform, mesh):
+    return _score(params, tokens, positions, routes, config, transform, mesh)[0]
 
 
-def _exact_fwd(params, tokens, positions, routes, config, transform):
-    out, chosen = _score(params, tokens, positions, routes, config, transform)
+def _exact_fwd(params, tokens, positions, routes, config, transform, mesh):
+    out, chosen = _score(params, tokens, positions, routes, config, transform, mesh)
     replay = routes if routes is not None else chosen
     standard = config.replace(exact_tile=0)
-    _, vjp = jax.vjp(lambda p: _score(p, tokens, positions, replay, standard, transform)[0], params)
+    _, vjp = jax.vjp(lambda p: _score(p, tokens, positions, replay, standard, transform, mesh)[0], params)
     return out, vjp
 
 
-def _exact_bwd(config, transform, vjp, g):
+def _exact_bwd(config, transform, mesh, vjp, g):
     (g_params,) = vjp(g)
     return g_params, None, None, None
 
@@ -84,6 +84,7 @@ def token_logprobs(
     config: ModelConfig,
     transform=None,
     routes: jax.Array | None = None,
+    mesh=None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token ``(logp, logp_raw)``, float32 ``[B, T]``, differentiable in ``params``.
 
@@ -93,10 +94,12 @@ def token_logprobs(
       config: the model config; ``exact_tile > 0`` gives the sampler's values bitwise.
       transform: the sampling transform the behaviour policy used (None: temperature 1).
       routes: optional ``[B, T, layers, k]`` expert ids to replay (MoE).
+      mesh: the mesh the call is jitted on; needed when ``config.activation_rows`` is set
+        (see :func:`agentjax.policy.model.forward`).
     """
     if tokens.shape != positions.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
     check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
     if config.exact and not config.exact_sum:
-        return _exact(params, tokens, positions, routes, config, transform)
-    return _score(params, tokens, positions, routes, config, transform)[0]
+        return _exact(params, tokens, positions, routes, config, transform, mesh)
+    return _score(params, tokens, positions, routes, config, transform, mesh)[0]

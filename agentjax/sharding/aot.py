@@ -103,7 +103,7 @@ def compile_train(
     args, in_sh, out_sh = programs.train_inputs(
         config, mesh, rules, p_sh, rows=work.train_batch, seq=work.train_seq, optimizer=optimizer, kl=kl
     )
-    step = programs.train_program(config, loss, optimizer, work.microbatches)
+    step = programs.train_program(config, loss, optimizer, work.microbatches, mesh)
     report = compile_step("train", step, args, in_sh, out_sh, donate=(0,))
     return report, p_sh, learner_resident_bytes(params, p_sh, mesh, optimizer, loss)
 

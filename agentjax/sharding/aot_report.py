@@ -150,7 +150,9 @@ def compile_step(
     # Executables for abstract devices cannot be loaded back from the disk cache: the entry points
     # (launch/compile_check.py, benchmarks/fit_table.py) disable it at start; this never touches it.
     try:
-        with jax.set_mesh(mesh):  # raw PartitionSpec constraints in the step resolve on it
+        # The learner's step gets its mesh explicitly (make_train_step(mesh=...)); the sampler's
+        # forward does not pass one yet, so its activation-row constraint resolves on this one.
+        with jax.set_mesh(mesh):
             lowered = jitted.lower(*args)
             compiled = lowered.compile()
     except Exception as e:  # the TPU compiler rejects programs that exceed HBM

@@ -101,9 +101,9 @@ def train_inputs(
     return tuple(args), tuple(shardings), (state_sh, None)
 
 
-def train_program(config: ModelConfig, loss: LossConfig, optimizer, microbatches: int):
-    """The learner's real step: ``(state, batch[, ref_params]) -> (state, metrics)``."""
-    return make_train_step(config, loss, optimizer, grad_accum=microbatches)
+def train_program(config: ModelConfig, loss: LossConfig, optimizer, microbatches: int, mesh: Mesh):
+    """The learner's real step on ``mesh``: ``(state, batch[, ref_params]) -> (state, metrics)``."""
+    return make_train_step(config, loss, optimizer, grad_accum=microbatches, mesh=mesh)
 
 
 def sampler_programs(config: ModelConfig):

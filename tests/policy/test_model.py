@@ -235,19 +235,36 @@ def test_activation_rows_constraint_same_values_and_gradients():
     assert pod.activation_rows == ("data", "fsdp")  # lists (JSON, ml_collections) become tuples
     p = init_params(cfg, jax.random.key(0))
     tok, pos = _inputs(cfg)
-    loss = lambda c: lambda q: jnp.mean(forward(q, tok, pos, config=c)[0] ** 2)
+    mesh = make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])
+    loss = lambda c, m=None: lambda q: jnp.mean(forward(q, tok, pos, config=c, mesh=m)[0] ** 2)
     v0, g0 = jax.jit(jax.value_and_grad(loss(cfg)))(p)
     assert "sharding_constraint" not in jax.jit(loss(cfg)).lower(p).as_text()
-    with jax.set_mesh(make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])):
-        step = jax.jit(jax.value_and_grad(loss(pod)))
-        assert "sharding_constraint" in step.lower(p).as_text()  # at the start of every layer
-        v1, g1 = step(p)
+    step = jax.jit(jax.value_and_grad(loss(pod, mesh)))  # the mesh passed, no jax.set_mesh
+    assert "sharding_constraint" in step.lower(p).as_text()  # at the start of every layer
+    v1, g1 = step(p)
     np.testing.assert_allclose(float(v0), float(v1), rtol=1e-6)
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
     for bad in [("data", "data"), ("",), (1,)]:
         with pytest.raises(ConfigError, match="activation_rows"):
             tiny_dense(activation_rows=bad)
+
+
+def test_activation_rows_without_a_mesh_is_an_error_even_under_an_ambient_mesh():
+    """The row constraint is resolved on the mesh the caller passes, never on jax.set_mesh."""
+    from agentjax.sharding.mesh import make_mesh
+
+    pod = tiny_dense(activation_rows=("data",))
+    p = init_params(pod, jax.random.key(0))
+    tok, pos = _inputs(pod)
+    mesh = make_mesh({"data": 2}, jax.devices()[:2])
+    with (
+        jax.set_mesh(mesh),
+        pytest.raises(ValueError, match=r"no mesh was given: pass forward\(\.\.\., mesh="),
+    ):
+        jax.jit(lambda q: forward(q, tok, pos, config=pod)[0]).lower(p)
+    with pytest.raises(ValueError, match=r"the mesh has no axes \['data'\]"):
+        forward(p, tok, pos, config=pod, mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("rows",)))
 
 
 def test_token_ids_outside_the_vocabulary_are_rejected_at_the_public_boundary():
