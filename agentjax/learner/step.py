@@ -31,7 +31,7 @@ import optax
 from agentjax.learner import critic
 from agentjax.learner.objective import LossConfig, policy_objective
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import critic_values, forward
+from agentjax.policy.model import Layout, critic_values, forward
 from agentjax.policy.scoring import token_logprobs
 
 
@@ -167,6 +167,7 @@ def routing_mismatch(params, batch, recorded, model_config, mesh=None):
         batch["positions"],
         config=model_config,
         routes=batch.get("routes"),
+        layout=Layout.STACKED,
         mesh=mesh,
     )
     used = jnp.sort(jax.lax.stop_gradient(aux["routes"]), axis=-1)

@@ -7,6 +7,7 @@ from agentjax.policy.hf import HFImportError, load_hf_checkpoint, load_hf_config
 from agentjax.policy.hf_export import export_hf
 from agentjax.policy.logprobs import token_logprobs_from_logits
 from agentjax.policy.model import (
+    Layout,
     abstract_params,
     critic_values,
     forward,
@@ -39,6 +40,7 @@ __all__ = [
     "tiny_moe",
     "token_logprobs",
     "token_logprobs_from_logits",
+    "Layout",
     "ModelConfig",
     "ValueHead",
     "abstract_params",

@@ -4,21 +4,25 @@
 config and one calling convention for the exact kernels; the kernels are ``kernels.py``.)
 
     logits, cache, aux = forward(params, tokens, positions, *, config, cache=None, routes=None,
-                                 logits_at=None, mesh=None)
+                                 logits_at=None, layout=Layout.STACKED, mesh=None)
 
 "Mode" is only whether ``cache`` is None. With a cache, keys and values are written at slot ==
 position and each query attends to slots ``<= its position`` (prefill and decode are the same
 call). ``routes`` ([B, T, layers, k]) forces MoE expert choices (Rollout Routing Replay);
 ``aux["routes"]`` reports the choices made. ``logits_at`` ([B, K] columns) limits the vocabulary
 projection to the rows a caller samples from (the sampler's prefill asks for none). Parameters
-are a plain pytree (dict of arrays) with layers stacked on a leading axis and scanned
-(``ModelConfig.layer_unroll`` unrolls the scan); the sampler passes them through
-:func:`unstack_layers` (a tuple of per-layer trees, run unrolled) once per call. ``mesh``: the
+are a plain pytree (dict of arrays) with layers stacked on a leading axis. The caller says how
+the layers run (``layout``, checked against the pytrees): ``Layout.STACKED`` scans them
+(``ModelConfig.layer_unroll`` unrolls the scan; the learner); ``Layout.UNROLLED`` takes
+:func:`unstack_layers` (a tuple of per-layer trees) and :func:`unstack_cache` and loops over the
+layers (the sampler, which unstacks once per call). ``mesh``: the
 mesh the caller jits on, where ``ModelConfig.activation_rows`` names mesh axes to split the
 hidden rows over (the model never reads an ambient ``jax.set_mesh``).
 """
 
 from __future__ import annotations
+
+import enum
 
 import jax
 import jax.numpy as jnp
@@ -210,7 +214,7 @@ def _post_attention(c: ModelConfig, p, x, o, forced):
     return _pin(c, x + y), chosen, probs
 
 
-def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, unrolled: bool):
+def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, legacy: bool):
     """The sharding of the hidden rows ``[N, D]``: split over ``c.activation_rows`` of ``mesh``
     (None: no constraint).
 
@@ -221,7 +225,7 @@ def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, unrolled: b
         return None
     spec = PartitionSpec(c.activation_rows, None)
     if mesh is None:
-        if unrolled:  # TRANSITIONAL: the sampler's call (sampling/sampler.py) passes no mesh yet
+        if legacy:  # TRANSITIONAL: the sampler's call (sampling/sampler.py) passes no mesh yet
             return spec  # resolved on the ambient mesh, as before
         raise ValueError(
             f"ModelConfig.activation_rows={c.activation_rows} splits the hidden rows over mesh "
@@ -314,27 +318,56 @@ def _attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows
     return o.reshape(q.shape), kbuf, vbuf
 
 
-def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes, mesh=None):
+class Layout(enum.Enum):
+    """How ``forward`` runs the layers; the caller decides (the pytrees must match)."""
+
+    STACKED = "stacked"  # layers stacked on a leading axis (and cache [layers, ...]): a lax.scan,
+    #                      unrolled by ModelConfig.layer_unroll (the learner, the scorer)
+    UNROLLED = "unrolled"  # a tuple of per-layer trees (unstack_layers) and per-layer K/V buffers
+    #                        (unstack_cache): a Python loop over layers (the sampler)
+
+
+def _check_layout(layout: Layout, tp, cache) -> None:
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a policy.model.Layout, got {layout!r}")
+    unrolled = layout is Layout.UNROLLED
+    if isinstance(tp["layers"], tuple) != unrolled:
+        raise ValueError(
+            f"layout={layout.name} but params['layers'] is "
+            + ("a tuple of per-layer trees: pass layout=Layout.UNROLLED" if not unrolled
+               else "stacked: pass layout=Layout.STACKED, or unstack_layers(params) first")
+        )  # fmt: skip
+    if cache is not None and isinstance(cache["k"], tuple) != unrolled:
+        raise ValueError(
+            f"layout={layout.name} but the cache is "
+            + ("per layer (tuples): pass layout=Layout.UNROLLED or stack_cache(cache)" if not unrolled
+               else "stacked: pass unstack_cache(cache) (and stack_cache the result)")
+        )  # fmt: skip
+
+
+def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, mesh=None, legacy=False):
     """Embeddings and the layers; returns final-normed rows [N, D], the cache and MoE stats.
 
-    Stacked ``layers`` run as a ``lax.scan`` (the learner); a tuple of per-layer trees (see
-    :func:`unstack_layers`) runs unrolled (the sampler), with the cache stacked or per layer.
+    ``layout`` (checked against ``tp`` and ``cache``): STACKED runs the stacked layers as a
+    ``lax.scan``; UNROLLED runs a tuple of per-layer trees (see :func:`unstack_layers`) with
+    per-layer buffers. ``legacy``: the transitional call of ``forward`` without a layout.
     """
+    _check_layout(layout, tp, cache)
+    unrolled = layout is Layout.UNROLLED
     b, t = tokens.shape
     n, tile = b * t, c.row_tile
-    rows = _rows_sharding(c, mesh, unrolled=isinstance(tp["layers"], tuple))
+    rows = _rows_sharding(c, mesh, legacy=legacy and unrolled)
     pos_rows = positions.reshape(n).astype(jnp.int32)
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
     x = _pin(c, tp["embed"][tokens.reshape(n)].astype(c.cdtype))
     forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
     # The tiled exact kernels without a cache still attend over a fresh buffer of exactly
     # max_seq_len slots (plus the write sink, see init_cache).
-    if cache is None and c.row_tile:
+    fresh = cache is None and bool(c.row_tile)
+    if fresh:
         shape = (c.n_layers, b, c.n_kv_heads, c.max_seq_len + 1, c.head_dim)
         cache = {"k": jnp.zeros(shape, c.cdtype), "v": jnp.zeros(shape, c.cdtype)}
-        fresh = True
-    else:
-        fresh = False
+        cache = unstack_cache(cache) if unrolled else cache
 
     def block(x, p, forced, kbuf, vbuf):
         x = _constrain_rows(rows, x)
@@ -347,43 +380,48 @@ def _trunk(c: ModelConfig, tp, tokens, positions, cache, routes, mesh=None):
             x, chosen, probs = L.rowwise(post, tile, x, o, forced)
         return x, kbuf, vbuf, chosen, probs
 
-    if isinstance(tp["layers"], tuple):  # unrolled, per-layer weights and buffers
-        per_layer = unstack_cache(cache)
-        ks, vs, chosen, probs = [], [], [], []
-        for i, p in enumerate(tp["layers"]):
-            kb, vb = (None, None) if cache is None else (per_layer["k"][i], per_layer["v"][i])
-            forced = None if forced_all is None else forced_all[i]
-            x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
-            ks, vs, chosen, probs = ks + [kb], vs + [vb], chosen + [ch], probs + [pr]
-        if cache is not None:  # returned as given: stacked or per layer
-            stacked = not isinstance(cache["k"], tuple)
-            cache = {"k": tuple(ks), "v": tuple(vs)}
-            cache = stack_cache(cache) if stacked else cache
-        chosen = None if chosen[0] is None else jnp.stack(chosen)
-        probs = None if probs[0] is None else jnp.stack(probs)
-    else:
-        # The K/V buffers ride in the scan carry and are updated in place (as scan inputs and
-        # outputs XLA copied the whole cache every decode step).
-        def layer(carry, xs):
-            x, ck, cv = carry
-            p, i, forced = xs
-            kb, vb = (None, None) if ck is None else (ck[i], cv[i])
-            x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
-            if ck is not None:
-                ck = jax.lax.dynamic_update_index_in_dim(ck, kb, i, 0)
-                cv = jax.lax.dynamic_update_index_in_dim(cv, vb, i, 0)
-            return (x, ck, cv), (ch, pr)
-
-        if c.remat == "layer":  # keep only each layer's inputs for the backward pass
-            layer = jax.checkpoint(layer, prevent_cse=False)
-        ids = jnp.arange(c.n_layers, dtype=jnp.int32)
-        ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
-        (x, ck, cv), (chosen, probs) = jax.lax.scan(
-            layer, (x, ck, cv), (tp["layers"], ids, forced_all), unroll=min(c.layer_unroll, c.n_layers)
-        )
-        cache = None if ck is None else {"k": ck, "v": cv}
+    run = _unrolled_layers if unrolled else _scanned_layers
+    x, cache, chosen, probs = run(c, block, x, tp["layers"], cache, forced_all)
     x = L.rowwise(lambda x_: _norm(c, x_, tp["final_norm"]), tile, x)
     return x, None if fresh else cache, chosen, probs
+
+
+def _unrolled_layers(c: ModelConfig, block, x, layers, cache, forced_all):
+    """Per-layer weights and per-layer K/V buffers, in a Python loop."""
+    ks, vs, chosen, probs = [], [], [], []
+    for i, p in enumerate(layers):
+        kb, vb = (None, None) if cache is None else (cache["k"][i], cache["v"][i])
+        forced = None if forced_all is None else forced_all[i]
+        x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
+        ks, vs, chosen, probs = ks + [kb], vs + [vb], chosen + [ch], probs + [pr]
+    cache = None if cache is None else {"k": tuple(ks), "v": tuple(vs)}
+    chosen = None if chosen[0] is None else jnp.stack(chosen)
+    probs = None if probs[0] is None else jnp.stack(probs)
+    return x, cache, chosen, probs
+
+
+def _scanned_layers(c: ModelConfig, block, x, layers, cache, forced_all):
+    """Stacked weights in a ``lax.scan``. The K/V buffers ride in the scan carry and are updated
+    in place (as scan inputs and outputs XLA copied the whole cache every decode step)."""
+
+    def layer(carry, xs):
+        x, ck, cv = carry
+        p, i, forced = xs
+        kb, vb = (None, None) if ck is None else (ck[i], cv[i])
+        x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
+        if ck is not None:
+            ck = jax.lax.dynamic_update_index_in_dim(ck, kb, i, 0)
+            cv = jax.lax.dynamic_update_index_in_dim(cv, vb, i, 0)
+        return (x, ck, cv), (ch, pr)
+
+    if c.remat == "layer":  # keep only each layer's inputs for the backward pass
+        layer = jax.checkpoint(layer, prevent_cse=False)
+    ids = jnp.arange(c.n_layers, dtype=jnp.int32)
+    ck, cv = (None, None) if cache is None else (cache["k"], cache["v"])
+    (x, ck, cv), (chosen, probs) = jax.lax.scan(
+        layer, (x, ck, cv), (layers, ids, forced_all), unroll=min(c.layer_unroll, c.n_layers)
+    )
+    return x, None if ck is None else {"k": ck, "v": cv}, chosen, probs
 
 
 def _moe_aux(c: ModelConfig, chosen, probs, b, t):
@@ -455,10 +493,16 @@ def forward(
     cache=None,
     routes=None,
     logits_at=None,
+    layout: Layout | None = None,
     mesh: Mesh | AbstractMesh | None = None,
 ):
     """Logits (head dtype), the updated cache (None without one) and aux metrics.
 
+    ``layout``: :class:`Layout` ``STACKED`` (stacked params and cache, scanned) or ``UNROLLED``
+    (``unstack_layers(params)`` and ``unstack_cache(cache)``, a loop over layers); a pytree that
+    does not match raises ``ValueError``. None is TRANSITIONAL, for ``sampling/sampler.py``'s
+    calls until they pass it: inferred from ``params["layers"]`` (a stacked cache with unrolled
+    layers is unstacked and restacked around the call).
     ``mesh``: needed when ``config.activation_rows`` is set (the hidden rows are split over
     those axes of it at every layer); ignored otherwise.
 
@@ -473,7 +517,13 @@ def forward(
     check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
-    x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes, mesh)
+    legacy, restack = layout is None, False
+    if legacy:  # TRANSITIONAL (see above): remove once every caller passes a layout
+        layout = Layout.UNROLLED if isinstance(params["layers"], tuple) else Layout.STACKED
+        restack = layout is Layout.UNROLLED and cache is not None and not isinstance(cache["k"], tuple)
+        cache = unstack_cache(cache) if restack else cache
+    x, new_cache, chosen, probs = _trunk(c, params, tokens, positions, cache, routes, layout, mesh, legacy)
+    new_cache = stack_cache(new_cache) if restack else new_cache
     logits = _head(c, params, x, b, t, logits_at)
     aux = {}
     if c.is_moe:
@@ -487,9 +537,11 @@ def critic_values(params, tokens, positions, *, config: ModelConfig, mesh=None):
     """Values [B, T] from the separate critic (value_head="separate") or the shared head;
     ``mesh`` as for :func:`forward`."""
     if config.value_head == ValueHead.SHARED:
-        return forward(params, tokens, positions, config=config, mesh=mesh)[2]["values"]
+        return forward(params, tokens, positions, config=config, layout=Layout.STACKED, mesh=mesh)[2][
+            "values"
+        ]
     if config.value_head != ValueHead.SEPARATE:
         raise ValueError("critic_values needs value_head 'shared' or 'separate'; got 'none'")
     cc = critic_config(config)
-    x, _, _, _ = _trunk(cc, params["critic"], tokens, positions, None, None, mesh)
+    x, _, _, _ = _trunk(cc, params["critic"], tokens, positions, None, None, Layout.STACKED, mesh)
     return _value(x, params["critic"]["value_head"]).reshape(tokens.shape)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import token_logprobs_from_logits
-from agentjax.policy.model import check_token_ids, forward
+from agentjax.policy.model import Layout, check_token_ids, forward
 
 
 def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:
@@ -46,7 +46,9 @@ def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Arra
 
 
 def _score(params, tokens, positions, routes, config: ModelConfig, transform, mesh):
-    logits, _, aux = forward(params, tokens, positions, config=config, routes=routes, mesh=mesh)
+    logits, _, aux = forward(
+        params, tokens, positions, config=config, routes=routes, layout=Layout.STACKED, mesh=mesh
+    )
     lp, raw = token_logprobs_from_logits(
         logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.exact_sum
     )

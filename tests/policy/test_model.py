@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentjax.policy import ConfigError, ModelConfig, forward, init_cache, init_params
-from agentjax.policy.model import axes_of, critic_values, logical_axes
+from agentjax.policy.model import Layout, axes_of, critic_values, logical_axes, unstack_cache, unstack_layers
 from agentjax.testing.models import tiny_dense, tiny_moe
 
 B, T = 3, 12
@@ -18,10 +18,12 @@ def _inputs(cfg, seed=1):
     return tok, pos
 
 
-def _decode_all(params, cfg, tok, pos, prefill):
+def _decode_all(params, cfg, tok, pos, prefill, layout=Layout.STACKED):
     """Prefill ``prefill`` tokens, then decode the rest one token at a time through the cache."""
-    fwd = jax.jit(lambda p, t, q, c: forward(p, t, q, config=cfg, cache=c))
+    fwd = jax.jit(lambda p, t, q, c: forward(p, t, q, config=cfg, cache=c, layout=layout))
     cache = init_cache(cfg, B, cfg.max_seq_len)
+    if layout is Layout.UNROLLED:  # what the sampler runs: per-layer weights and buffers
+        params, cache = unstack_layers(params), unstack_cache(cache)
     logits, cache, aux = fwd(params, tok[:, :prefill], pos[:, :prefill], cache)
     outs, routes = [logits], [aux.get("routes")]
     for i in range(prefill, T):
@@ -46,7 +48,7 @@ def setup(request):
     cfg = CONFIGS[request.param]
     params = init_params(cfg, jax.random.key(0))
     tok, pos = _inputs(cfg)
-    full = jax.jit(lambda p, t, q: forward(p, t, q, config=cfg))(params, tok, pos)
+    full = jax.jit(lambda p, t, q: forward(p, t, q, config=cfg, layout=Layout.STACKED))(params, tok, pos)
     return cfg, params, tok, pos, full
 
 
@@ -75,6 +77,40 @@ def test_kv_cache_decode_matches_full_forward(setup):
         np.testing.assert_allclose(np.asarray(dec), np.asarray(logits), atol=2e-5, rtol=0)
     if cfg.is_moe and cfg.exact:
         np.testing.assert_array_equal(np.asarray(routes), np.asarray(aux["routes"]))
+
+
+def test_unrolled_layout_decodes_like_the_scanned_full_forward(setup):
+    cfg, params, tok, pos, (logits, _, aux) = setup
+    dec, routes = _decode_all(params, cfg, tok, pos, prefill=5, layout=Layout.UNROLLED)
+    if cfg.exact:
+        np.testing.assert_array_equal(np.asarray(dec), np.asarray(logits))
+    else:
+        np.testing.assert_allclose(np.asarray(dec), np.asarray(logits), atol=2e-5, rtol=0)
+    if cfg.is_moe and cfg.exact:
+        np.testing.assert_array_equal(np.asarray(routes), np.asarray(aux["routes"]))
+
+
+def test_the_caller_picks_the_layout_and_a_mismatched_pytree_is_named():
+    cfg = tiny_dense()
+    p = init_params(cfg, jax.random.key(0))
+    tok, pos = _inputs(cfg)
+    cache = init_cache(cfg, B)
+    cases = [
+        (
+            Layout.STACKED,
+            unstack_layers(p),
+            None,
+            r"params\['layers'\] is a tuple .* pass layout=Layout.UNROLLED",
+        ),
+        (Layout.UNROLLED, p, None, r"params\['layers'\] is stacked: .* unstack_layers"),
+        (Layout.UNROLLED, unstack_layers(p), cache, r"the cache is stacked: pass unstack_cache"),
+        (Layout.STACKED, p, unstack_cache(cache), r"the cache is per layer"),
+    ]
+    for layout, params, c, match in cases:
+        with pytest.raises(ValueError, match=match):
+            forward(params, tok, pos, config=cfg, cache=c, layout=layout)
+    with pytest.raises(TypeError, match="layout must be a policy.model.Layout"):
+        forward(p, tok, pos, config=cfg, layout="stacked")
 
 
 def test_logits_at_selects_rows_of_the_full_forward(setup):
