@@ -50,7 +50,7 @@ from agentjax.policy.scoring import token_logprobs
 from agentjax.sampling.sampler import Sampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sampler import _IntTokenizer  # noqa: E402  (the same integer tokenizer as the sampler bench)
+from tunix_anchor import IntTokenizer, llama3_config, one_device_mesh  # noqa: E402  (shared with sampler.py)
 
 MODEL = dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, vocab_size=64)
 PROMPTS, GROUP, PROMPT_LEN, NEW = 8, 4, 16, 64
@@ -160,7 +160,6 @@ class TunixGRPO:
 
     def __init__(self, beta: float):
         from flax import nnx
-        from jax.sharding import AxisType, Mesh
         from tunix.models.llama3 import model as tl
         from tunix.rl import rl_cluster as rlc
         from tunix.rl.grpo import grpo_learner as gl
@@ -168,22 +167,8 @@ class TunixGRPO:
 
         self.nnx = nnx
         m = MODEL
-        cfg = tl.ModelConfig(
-            num_layers=m["n_layers"],
-            vocab_size=m["vocab_size"],
-            embed_dim=m["d_model"],
-            hidden_dim=m["d_ff"],
-            num_heads=m["n_heads"],
-            head_dim=m["head_dim"],
-            num_kv_heads=m["n_kv_heads"],
-            rope_theta=10000,
-            norm_eps=1e-6,
-            weight_tying=True,
-            shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True),
-        )
-        self.mesh = Mesh(
-            np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2
-        )
+        cfg = llama3_config(m)
+        self.mesh = one_device_mesh()
         with jax.set_mesh(self.mesh):
             self.actor = tl.Llama3(cfg, rngs=nnx.Rngs(0))
             ref = tl.Llama3(cfg, rngs=nnx.Rngs(0)) if beta else None
@@ -206,7 +191,7 @@ class TunixGRPO:
                 ),
             )
             self.cluster = rlc.RLCluster(
-                actor=self.actor, reference=ref, tokenizer=_IntTokenizer(), cluster_config=self.cc
+                actor=self.actor, reference=ref, tokenizer=IntTokenizer(), cluster_config=self.cc
             )
             self.learner = gl.GRPOLearner(
                 rl_cluster=self.cluster,

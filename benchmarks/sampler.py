@@ -25,6 +25,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tunix_anchor import IntTokenizer, llama3_config, one_device_mesh  # benchmarks/ (the script's folder)
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import init_params
@@ -93,50 +94,18 @@ def bench_agentjax(m, batch, new, exact_tile):
     return run
 
 
-class _IntTokenizer:
-    """Space-separated integer ids: the minimal tokenizer tunix's sampler accepts."""
-
-    def encode(self, text, **_):
-        return [int(t) for t in text.split()]
-
-    def decode(self, ids, **_):
-        return " ".join(str(int(i)) for i in ids)
-
-    def bos_id(self):
-        return 0  # falsy: tunix adds no BOS
-
-    def eos_id(self):
-        return -1
-
-    def pad_id(self):
-        return 0
-
-
 def bench_tunix(m, batch, new):
     from flax import nnx
-    from jax.sharding import AxisType, Mesh
     from tunix.generate import sampler as tsampler
     from tunix.models.llama3 import model as tl
 
-    cfg = tl.ModelConfig(
-        num_layers=m["n_layers"],
-        vocab_size=m["vocab_size"],
-        embed_dim=m["d_model"],
-        hidden_dim=m["d_ff"],
-        num_heads=m["n_heads"],
-        head_dim=m["head_dim"],
-        num_kv_heads=m["n_kv_heads"],
-        rope_theta=10000,
-        norm_eps=1e-6,
-        weight_tying=True,
-        shd_config=tl.ShardingConfig.get_default_sharding(is_sampling=True),
-    )
-    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    cfg = llama3_config(m)
+    mesh = one_device_mesh()
     with jax.set_mesh(mesh):
         model = tl.Llama3(cfg, rngs=nnx.Rngs(0))
         s = tsampler.Sampler(
             model,
-            _IntTokenizer(),
+            IntTokenizer(),
             tsampler.CacheConfig(
                 cache_size=PROMPT + new,
                 num_layers=m["n_layers"],

@@ -12,21 +12,18 @@ import numpy as np
 import pytest
 
 from agentjax.learner import checkpoint as ckpt
-from tests.runs import ROOT, cli_env, read_metrics
+from tests.runs import ROOT, cli_env, read_metrics, run_module, tail
 
 ENV = cli_env()  # one CPU device: the default config's placement
 
 
-def _cmd(workdir, *extra):
-    return [
-        sys.executable,
-        "-m",
-        "launch.train",
-        "--config=configs/smoke.py",
-        f"--workdir={workdir}",
-        "--config.report=False",
-        *extra,
-    ]
+def _args(workdir, *extra):
+    return ["--config=configs/smoke.py", f"--workdir={workdir}", "--config.report=False", *extra]
+
+
+def _train(workdir, *extra, env=ENV, timeout=900):
+    """``python -m launch.train`` on the smoke config into ``workdir``: the CompletedProcess."""
+    return run_module("launch.train", *_args(workdir, *extra), env=env, timeout=timeout)
 
 
 def _metrics(workdir):
@@ -46,15 +43,8 @@ def _reference(mode, tmp_path_factory):
     """An uninterrupted run per scheduling mode (shared by the tests of this module)."""
     if mode not in _REFERENCES:
         wd = str(tmp_path_factory.mktemp(f"ref_{mode}"))
-        out = subprocess.run(
-            _cmd(wd, f"--config.scheduler.mode={mode}"),
-            cwd=ROOT,
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        out = _train(wd, f"--config.scheduler.mode={mode}")
+        assert out.returncode == 0, tail(out)
         _REFERENCES[mode] = (wd, out.stdout)
     return _REFERENCES[mode]
 
@@ -91,7 +81,11 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     wd = str(tmp_path / "killed")
     flag = f"--config.scheduler.mode={mode}"
     proc = subprocess.Popen(
-        _cmd(wd, flag), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "launch.train", *_args(wd, flag)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     ckdir = os.path.join(wd, "checkpoints")
     deadline = time.time() + 900
@@ -105,10 +99,8 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     proc.wait()
     killed_at = ckpt.latest_step(ckdir)
     assert killed_at is not None and killed_at < 12
-    out = subprocess.run(
-        _cmd(wd, flag, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = _train(wd, flag, "--resume")
+    assert out.returncode == 0, tail(out)
     assert f"resumed from step {killed_at}" in out.stdout
     # Same seed, same config: the same metrics line for line and bitwise the same parameters.
     assert _metrics(wd) == _metrics(ref_dir)
@@ -118,27 +110,13 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
-    out = subprocess.run(
-        _cmd(str(tmp_path / "empty"), "--resume"),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _train(str(tmp_path / "empty"), "--resume", timeout=300)
     assert out.returncode != 0
     assert "no checkpoint" in (out.stdout + out.stderr)
 
 
 def test_invalid_config_fails_before_work_naming_the_field(tmp_path):
-    out = subprocess.run(
-        _cmd(str(tmp_path / "bad"), "--config.scheduler.mode=fastest"),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _train(str(tmp_path / "bad"), "--config.scheduler.mode=fastest", timeout=300)
     assert out.returncode != 0
     assert "scheduler.mode='fastest' is invalid" in out.stderr
     assert "windowed_fifo" in out.stderr
@@ -159,22 +137,16 @@ def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
 
     wd = tmp_path / "disagg"
     env = cli_env(host_devices=2)
-    out = subprocess.run(
-        _cmd(
-            str(wd),
-            "--config.placement.kind=disaggregated",
-            "--config.placement.sync_every=2",
-            "--config.placement.sampler_mesh.data=1",
-            "--config.rl.steps=4",
-            "--config.checkpoint_every=0",
-        ),
-        cwd=ROOT,
+    out = _train(
+        str(wd),
+        "--config.placement.kind=disaggregated",
+        "--config.placement.sync_every=2",
+        "--config.placement.sampler_mesh.data=1",
+        "--config.rl.steps=4",
+        "--config.checkpoint_every=0",
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     summary = json.load(open(wd / "summary.json"))
     assert summary["weight_sync"]["syncs"] == 3 and summary["weight_sync"]["skipped"] == 2
     assert summary["weight_sync"]["bytes"] > 0
@@ -202,10 +174,8 @@ def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
         (part, ["--config.rl.steps=2"]),
         (part, ["--config.rl.steps=4", "--resume"]),
     ):
-        out = subprocess.run(
-            _cmd(wd, *flags, *extra), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        out = _train(wd, *flags, *extra)
+        assert out.returncode == 0, tail(out)
     train = [r for r in _metrics(full) if "loss/total" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert all(r["loss/value"] > 0 for r in train)
@@ -221,23 +191,16 @@ def test_rewritten_context_multi_turn_episodes_train(tmp_path):
     """A context policy other than keep_all makes each turn of an episode its own learner row:
     the learner batch is sized for it (it crashed with "batch needs more than 16 rows")."""
     wd = str(tmp_path / "ctx")
-    out = subprocess.run(
-        _cmd(
-            wd,
-            "--config.context.policy=drop_oldest_observations",
-            "--config.rl.steps=1",
-            "--config.rl.eval_every=100",
-            "--config.checkpoint_every=0",
-            "--config.task.eval_tasks=4",
-            "--config.warm_start.steps=0",
-        ),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    out = _train(
+        wd,
+        "--config.context.policy=drop_oldest_observations",
+        "--config.rl.steps=1",
+        "--config.rl.eval_every=100",
+        "--config.checkpoint_every=0",
+        "--config.task.eval_tasks=4",
+        "--config.warm_start.steps=0",
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     (train,) = [r for r in _metrics(wd) if "loss/total" in r]
     assert train["batch/rows"] > 16  # 16 trajectories (rl.batch_size), more turns than that
 
@@ -352,8 +315,8 @@ def test_torn_metrics_line_is_repaired_and_the_previous_step_resumes_exactly(ref
     os.remove(os.path.join(wd, "summary.json"))
     with open(os.path.join(wd, "metrics.jsonl"), "a") as f:
         f.write('{"step": 13, "loss/tot')  # torn
-    out = subprocess.run(_cmd(wd, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = _train(wd, "--resume")
+    assert out.returncode == 0, tail(out)
     assert "resumed from step 10" in out.stdout and "dropped a torn last line" in out.stdout
     assert _metrics(wd) == _metrics(ref_dir)
     for x, y in zip(jax_leaves(_final_params(wd)), jax_leaves(_final_params(ref_dir)), strict=True):
@@ -367,20 +330,13 @@ def test_slot_engine_trains_exactly_like_lock_step_rollout(reference, tmp_path):
     """scheduler.engine_slots=8: episodes run on the slot engine with environments on a thread
     pool; in exact mode the run's metrics and final parameters equal the lock-step run's."""
     wd = str(tmp_path / "engine")
-    out = subprocess.run(
-        _cmd(
-            wd,
-            "--config.scheduler.engine_slots=8",
-            "--config.scheduler.engine_chunk=4",
-            "--config.scheduler.env_workers=4",
-        ),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    out = _train(
+        wd,
+        "--config.scheduler.engine_slots=8",
+        "--config.scheduler.engine_chunk=4",
+        "--config.scheduler.env_workers=4",
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, tail(out)
     assert _metrics(wd) == _metrics(reference[0])
     engine = json.load(open(os.path.join(wd, "summary.json")))["engine"]
     assert engine["env_pool"]["steps"] > 0 and engine["env_pool"]["utilisation"] > 0

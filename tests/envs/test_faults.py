@@ -1,6 +1,5 @@
 """Fault attribution, injection draws, correlated-failure retries and env fingerprints (pure)."""
 
-import dataclasses
 import random
 import signal
 
@@ -8,32 +7,11 @@ import pytest
 
 from agentjax.envs import faults
 from agentjax.envs.protocol import Label, Verdict
-from agentjax.envs.sandbox import Limits, SandboxResult
+from agentjax.envs.sandbox import Limits
+from tests.envs.sandbox_results import sandbox_result
 
 LIM = Limits(wall_s=10.0, cpu_s=4)
-BASE = SandboxResult(
-    returncode=0,
-    stdout="",
-    stderr="",
-    wall_s=1.0,
-    started=True,
-    timed_out=False,
-    killed_by_us=False,
-    cpu_s=0.5,
-    runq_wait_s=0.0,
-    starved_s=0.0,
-    psi_cpu_some_s=0.0,
-    cgroup={"mem_oom_kill": 0, "pids_max_events": 0},
-    host_oom_kills=0,
-    limits_held={},
-    isolation="bwrap+setpriv",
-)
-
-
-def r(**kw):
-    return dataclasses.replace(BASE, **kw)
-
-
+r = sandbox_result  # a clean run with the given fields replaced
 TIMEOUT = dict(returncode=-9, timed_out=True, killed_by_us=True, wall_s=10.0)
 
 

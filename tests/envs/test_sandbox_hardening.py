@@ -14,6 +14,7 @@ from agentjax.envs import accounting, codefix, faults, sandbox
 from agentjax.envs.codefix import scan, verifier
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig, Quota, make_workspace, remove_workspace
 from agentjax.envs.protocol import Label, format_tool_call
+from tests.envs.sandbox_results import sandbox_result
 
 needs_sandbox = pytest.mark.skipif(
     shutil.which("bwrap") is None or shutil.which("setpriv") is None,
@@ -171,25 +172,7 @@ def test_process_swarm_cannot_fake_host_starvation():
 # ------------------------------------------------------------------ the results pipe
 
 
-def _ok_result(**kw):
-    base = dict(
-        returncode=0,
-        stdout="",
-        stderr="",
-        wall_s=1.0,
-        started=True,
-        timed_out=False,
-        killed_by_us=False,
-        cpu_s=0.5,
-        runq_wait_s=0.0,
-        starved_s=0.0,
-        psi_cpu_some_s=0.0,
-        cgroup={"mem_oom_kill": 0, "pids_max_events": 0, "mem_failcnt": 0},
-        host_oom_kills=0,
-        limits_held={},
-        isolation="bwrap+setpriv",
-    )
-    return sandbox.SandboxResult(**{**base, **kw})
+_ok_result = sandbox_result  # a clean run with the given fields replaced
 
 
 def decide_bytes(task, data, res=None):
