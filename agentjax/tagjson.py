@@ -1,7 +1,7 @@
 """Tagged JSON: the explicit encoding of the host records agentjax writes to disk (no pickle).
 
-Used by the training journal (``learner/journal.py``); the scheduler snapshot
-(``sampling/snapshot.py``) implements the same tags. :func:`encode` turns a record into a
+Used by the training journal (``learner/journal.py``) and the scheduler snapshot
+(``sampling/snapshot.py``): one encoding, one allow-list. :func:`encode` turns a record into a
 JSON-compatible tree; values beyond JSON are tagged objects:
 
 * ``{"$nd": [dtype, shape, base64]}``: a numpy array; ``{"$np": [dtype, base64]}``: a numpy scalar;
@@ -35,6 +35,8 @@ TYPES = frozenset({
     "agentjax.trajectory:Trajectory", "agentjax.trajectory:Turn", "agentjax.trajectory:StopReason",
     "agentjax.sampling.runlog:Record", "agentjax.sampling.runlog:Consumed",
     "agentjax.sampling.runlog:SchedulerConfig", "agentjax.sampling.queue:TaskCaps",
+    "agentjax.sampling.queue:SchedulerMode", "agentjax.sampling.queue:ResumeMode",
+    "agentjax.sampling.queue:Clock", "agentjax.sampling.envpool:EnvPoolKind",
     "agentjax.sampling.queue:WorkItem", "agentjax.sampling.queue:RoundResult",
     "agentjax.sampling.staleness:StalenessConfig", "agentjax.sampling.staleness:StalenessState",
     "agentjax.sampling.staleness:Terminal", "agentjax.sampling.staleness:Admission",

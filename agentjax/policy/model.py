@@ -128,16 +128,14 @@ def forward(
     cache=None,
     routes=None,
     logits_at=None,
-    layout: Layout | None = None,
+    layout: Layout = Layout.STACKED,
     mesh: Mesh | AbstractMesh | None = None,
 ):
     """Logits (head dtype), the updated cache (None without one) and aux metrics.
 
     ``layout``: :class:`Layout` ``STACKED`` (stacked params and cache, scanned) or ``UNROLLED``
     (``unstack_layers(params)`` and ``unstack_cache(cache)``, a loop over layers); a pytree that
-    does not match raises ``ValueError``. None is TRANSITIONAL, for ``sampling/sampler.py``'s
-    calls until they pass it: inferred from ``params["layers"]`` (a stacked cache with unrolled
-    layers is unstacked and restacked around the call).
+    does not match raises ``ValueError``.
     ``mesh``: needed when ``config.activation_rows`` is set (the hidden rows are split over
     those axes of it at every layer); ignored otherwise.
 
@@ -152,13 +150,7 @@ def forward(
     check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
-    legacy, restack = layout is None, False
-    if legacy:  # TRANSITIONAL (see above): remove once every caller passes a layout
-        layout = Layout.UNROLLED if isinstance(params["layers"], tuple) else Layout.STACKED
-        restack = layout is Layout.UNROLLED and cache is not None and not isinstance(cache["k"], tuple)
-        cache = unstack_cache(cache) if restack else cache
-    x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh, legacy)
-    new_cache = stack_cache(new_cache) if restack else new_cache
+    x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh)
     logits = _head(c, params, x, b, t, logits_at)
     aux = {}
     if c.is_moe:

@@ -73,7 +73,7 @@ def post_attention(c: ModelConfig, p, x, o, forced):
     return pin(c, x + y), chosen, probs
 
 
-def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, legacy: bool):
+def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None):
     """The sharding of the hidden rows ``[N, D]``: split over ``c.activation_rows`` of ``mesh``
     (None: no constraint).
 
@@ -84,8 +84,6 @@ def _rows_sharding(c: ModelConfig, mesh: Mesh | AbstractMesh | None, legacy: boo
         return None
     spec = PartitionSpec(c.activation_rows, None)
     if mesh is None:
-        if legacy:  # TRANSITIONAL: the sampler's call (sampling/sampler.py) passes no mesh yet
-            return spec  # resolved on the ambient mesh, as before
         raise ValueError(
             f"ModelConfig.activation_rows={c.activation_rows} splits the hidden rows over mesh "
             "axes, but no mesh was given: pass forward(..., mesh=<the mesh the call is jitted "
@@ -146,18 +144,18 @@ def _check_layout(layout: Layout, tp, cache) -> None:
         )  # fmt: skip
 
 
-def trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, mesh=None, legacy=False):
+def trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, mesh=None):
     """Embeddings and the layers; returns final-normed rows [N, D], the cache and MoE stats.
 
     ``layout`` (checked against ``tp`` and ``cache``): STACKED runs the stacked layers as a
     ``lax.scan``; UNROLLED runs a tuple of per-layer trees (see :func:`unstack_layers`) with
-    per-layer buffers. ``legacy``: the transitional call of ``forward`` without a layout.
+    per-layer buffers.
     """
     _check_layout(layout, tp, cache)
     unrolled = layout is Layout.UNROLLED
     b, t = tokens.shape
     n, tile = b * t, c.row_tile
-    rows = _rows_sharding(c, mesh, legacy=legacy and unrolled)
+    rows = _rows_sharding(c, mesh)
     pos_rows = positions.reshape(n).astype(jnp.int32)
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
     x = pin(c, tp["embed"][tokens.reshape(n)].astype(c.cdtype))

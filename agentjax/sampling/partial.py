@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy.model import init_cache
+from agentjax.policy.model import init_cache, stack_cache, unstack_cache, unstack_layers
 from agentjax.sampling.queue import ResumeMode
 from agentjax.sampling.sampler import NO_VERSION, Sampler, SamplerState, _forward_window
 
@@ -34,12 +34,13 @@ from agentjax.sampling.sampler import NO_VERSION, Sampler, SamplerState, _forwar
 def _recompute(s: Sampler, params, state: SamplerState, version):
     b, l = state.tokens.shape
     fresh = state._replace(
-        cache=init_cache(s.config, b, l),
+        cache=unstack_cache(init_cache(s.config, b, l)),
         cached=jnp.zeros_like(state.cached),
         cache_version=jnp.full_like(state.cache_version, NO_VERSION),
     )
     count = jnp.maximum(state.length - 1, 0)
-    return _forward_window(s, params, fresh, fresh.cached, count, l, version, logits=False)[0]
+    out = _forward_window(s, unstack_layers(params), fresh, fresh.cached, count, l, version, logits=False)[0]
+    return out._replace(cache=stack_cache(out.cache))
 
 
 def resume(sampler: Sampler, params, state: SamplerState, *, version, mode: ResumeMode | str) -> SamplerState:

@@ -40,6 +40,7 @@ import numpy as np
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
 from agentjax.policy.model import (
+    Layout,
     check_token_ids,
     forward,
     init_cache,
@@ -110,7 +111,8 @@ def _put(buf, cols, vals):
 def _forward_window(
     s: Sampler, params, state: SamplerState, start, count, width: int, version, *, logits: bool
 ):
-    """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row.
+    """Forwards buffer tokens at positions ``start .. start + count - 1`` of each row, with
+    per-layer (unrolled) ``params`` and cache (:func:`unstack_layers`, :func:`unstack_cache`).
 
     Returns logits ``[B, width, V]`` when ``logits`` (decode: width 1), else ``[B, 0, V]``:
     prefill samples nothing, so it never projects onto the vocabulary.
@@ -122,7 +124,16 @@ def _forward_window(
     toks = jnp.take_along_axis(state.tokens, jnp.clip(idx, 0, l - 1), axis=1)
     pos = jnp.where(valid, idx, l)  # slot l: the cache write is dropped
     logits_at = None if logits else jnp.zeros((b, 0), jnp.int32)
-    logits, cache, aux = forward(params, toks, pos, config=c, cache=state.cache, logits_at=logits_at)
+    logits, cache, aux = forward(
+        params,
+        toks,
+        pos,
+        config=c,
+        cache=state.cache,
+        logits_at=logits_at,
+        layout=Layout.UNROLLED,
+        mesh=s.mesh,
+    )
     routes = state.routes
     if c.is_moe:
         routes = _put(routes, pos, aux["routes"])
@@ -136,6 +147,7 @@ def _forward_window(
 @functools.partial(jax.jit, static_argnums=0)
 def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     params = unstack_layers(params)
+    state = state._replace(cache=unstack_cache(state.cache))
     b, l = state.tokens.shape
     n = jnp.minimum(lengths.astype(jnp.int32), l - state.length)
     j = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
@@ -149,7 +161,7 @@ def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     )
     status = jnp.where(n > 0, Status.ACTIVE, state.status)
     status = jnp.where(new_len >= l, Status.FULL, status)
-    return state._replace(status=status.astype(jnp.int32))
+    return state._replace(status=status.astype(jnp.int32), cache=stack_cache(state.cache))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -208,6 +220,7 @@ class Sampler:
     config: ModelConfig
     transform: Any = None  # None: temperature 1, no truncation
     stop_tokens: tuple[int, ...] = ()
+    mesh: Any = None  # the mesh its calls are jitted on (needed with config.activation_rows)
 
     def init(self, batch: int) -> SamplerState:
         """An empty state for ``batch`` rows (buffers and cache of ``max_seq_len`` slots)."""

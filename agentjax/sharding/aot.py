@@ -130,7 +130,7 @@ def compile_sampler(
     config = config.replace(max_seq_len=work.cache_len)
     params = abstract_params(config)
     p_sh = param_sh or param_shardings(params, mesh, rules, logical_axes(config))
-    _, prefill, decode = programs.sampler_programs(config)
+    _, prefill, decode = programs.sampler_programs(config, mesh)
     pre, dec, state_sh, row_sh = programs.sampler_inputs(
         config, mesh, rules, batch=work.sample_batch, prompt_len=work.prompt_len
     )

@@ -149,12 +149,9 @@ def compile_step(
     start = time.perf_counter()
     # Executables for abstract devices cannot be loaded back from the disk cache: the entry points
     # (launch/compile_check.py, benchmarks/fit_table.py) disable it at start; this never touches it.
-    try:
-        # The learner's step gets its mesh explicitly (make_train_step(mesh=...)); the sampler's
-        # forward does not pass one yet, so its activation-row constraint resolves on this one.
-        with jax.set_mesh(mesh):
-            lowered = jitted.lower(*args)
-            compiled = lowered.compile()
+    try:  # the programs get their mesh explicitly (make_train_step(mesh=), Sampler(mesh=))
+        lowered = jitted.lower(*args)
+        compiled = lowered.compile()
     except Exception as e:  # the TPU compiler rejects programs that exceed HBM
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg and "Ran out of memory" not in msg:

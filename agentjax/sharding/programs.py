@@ -106,10 +106,11 @@ def train_program(config: ModelConfig, loss: LossConfig, optimizer, microbatches
     return make_train_step(config, loss, optimizer, grad_accum=microbatches, mesh=mesh)
 
 
-def sampler_programs(config: ModelConfig):
+def sampler_programs(config: ModelConfig, mesh: Mesh | None = None):
     """The sampler's real ``prefill(params, state, tokens, lengths, version) -> state`` and
-    ``decode(params, state, keys [B, 2] uint32, budget [B], version) -> (state, span)``."""
-    s = Sampler(config, stop_tokens=(0,))
+    ``decode(params, state, keys [B, 2] uint32, budget [B], version) -> (state, span)`` on
+    ``mesh`` (the activation-row constraint's mesh)."""
+    s = Sampler(config, stop_tokens=(0,), mesh=mesh)
 
     def prefill(params, state, tokens, lengths, version):
         return _extend(s, params, state, tokens, lengths, version)

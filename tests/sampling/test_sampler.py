@@ -252,11 +252,18 @@ def test_prefill_never_projects_prompt_positions_onto_the_vocabulary(tile):
     assert prefill.memory_analysis().temp_size_in_bytes < B * w * v * 4
 
     # Control: the same window forwarded with every position's logits.
-    from agentjax.policy.model import unstack_layers
+    from agentjax.policy.model import Layout, stack_cache, unstack_cache, unstack_layers
 
     pos = jnp.where(jnp.arange(w + 1)[None] < lens[:, None] - 1, jnp.arange(w + 1)[None], 64)
     toks = jnp.pad(prompts, ((0, 0), (0, 1)))
-    full = jax.jit(lambda p, c: forward(unstack_layers(p), toks, pos, config=cfg, cache=c)[:2])
+
+    def full_fn(p, c):  # the sampler's layout: per-layer weights and K/V buffers
+        logits, cache, _ = forward(
+            unstack_layers(p), toks, pos, config=cfg, cache=unstack_cache(c), layout=Layout.UNROLLED
+        )
+        return logits, stack_cache(cache)
+
+    full = jax.jit(full_fn)
     assert _vocab_rows(full.lower(params, s.init(B).cache).compile().as_text(), v) >= B * w
     if cfg.exact:
         state = sampler_lib._extend(*args)

@@ -111,7 +111,7 @@ def test_decoding_builds_only_registered_types():
     }
     with pytest.raises(snap.SnapshotError, match=r"unknown type 'subprocess:Popen'"):
         snap.loads(json.dumps(head).encode() + b"\n" + body)
-    with pytest.raises(snap.SnapshotError, match=r"cannot snapshot a .*Thing"):
+    with pytest.raises(snap.SnapshotError, match=r"cannot snapshot: cannot encode a .*Thing"):
         snap.dumps({"x": type("Thing", (), {})()})
 
 
