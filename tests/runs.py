@@ -50,3 +50,31 @@ def read_metrics(workdir, *, drop_wall: bool = False) -> list[dict]:
         for r in rows:
             r.pop("wall", None)
     return rows
+
+
+def tiny_config(name="default", steps=2, **overrides):
+    """``configs/<name>.py`` at smoke size (runs share compiled steps through the cache);
+    ``overrides`` as ``section__field=value``."""
+    import importlib
+
+    c = importlib.import_module(f"configs.{name}").get_config()
+    c.model.update(
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=1,
+        head_dim=16,
+        d_ff=32 if c.model.get("n_experts", 0) else 64,
+    )
+    c.task.eval_tasks = 8
+    c.warm_start.update(episodes=64, steps=2, batch_size=16)
+    c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
+    c.scheduler.update(num_slots=32, window=16)
+    c.checkpoint_every, c.log_every, c.report = 0, 1, False
+    for path, v in overrides.items():
+        *sections, field = path.split("__")
+        d = c
+        for sec in sections:
+            d = d[sec]
+        d[field] = v
+    return c

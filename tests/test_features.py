@@ -3,7 +3,6 @@ configs/ and checks the feature's effect in the run's metrics, so each fails whe
 broken. Sizes are those of configs/smoke.py; runs share compiled steps through the cache."""
 
 import collections
-import importlib
 import json
 import os
 
@@ -11,30 +10,7 @@ import pytest
 
 from agentjax import runstate, system
 from agentjax.learner.journal import Journal
-
-
-def _config(name, steps=2, **overrides):
-    c = importlib.import_module(f"configs.{name}").get_config()
-    c.model.update(
-        d_model=32,
-        n_layers=1,
-        n_heads=2,
-        n_kv_heads=1,
-        head_dim=16,
-        d_ff=32 if c.model.get("n_experts", 0) else 64,
-    )
-    c.task.eval_tasks = 8
-    c.warm_start.update(episodes=64, steps=2, batch_size=16)
-    c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
-    c.scheduler.update(num_slots=32, window=16)
-    c.checkpoint_every, c.log_every, c.report = 0, 1, False
-    for path, v in overrides.items():
-        *sections, field = path.split("__")
-        d = c
-        for s in sections:
-            d = d[s]
-        d[field] = v
-    return c
+from tests.runs import tiny_config as _config
 
 
 def _train(cfg, workdir):
