@@ -31,7 +31,7 @@ RUN_CONFIGS = (
     "noisy_env_curriculum",
 )
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
-HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/test_codefix_training.py
+HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/codefix_training_cases.py
 
 
 def _load(name):
