@@ -312,7 +312,18 @@ def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
         f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
         f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
-        f"{time.perf_counter() - r.wall0:.0f}s"
+        f"{_engine_figures(r.worker)}{time.perf_counter() - r.wall0:.0f}s"
+    )
+
+
+def _engine_figures(worker) -> str:
+    """The slot engine's throughput, slot occupancy and env-pool utilisation so far ('' without)."""
+    if worker.engine is None or not worker.engine_totals:
+        return ""
+    e = worker.engine_report()
+    return (
+        f"engine {e['tokens_per_s']:.0f} tok/s occ {e['slot_occupancy']:.2f} "
+        f"pool {e['env_pool'].get('utilisation', 0.0):.2f} | "
     )
 
 

@@ -341,5 +341,6 @@ def test_slot_engine_trains_exactly_like_lock_step_rollout(reference, tmp_path):
     engine = json.load(open(os.path.join(wd, "summary.json")))["engine"]
     assert engine["env_pool"]["steps"] > 0 and engine["env_pool"]["utilisation"] > 0
     assert 0 < engine["slot_occupancy"] <= 1 and engine["tokens"] > 0  # the engine decoded
+    assert " tok/s occ " in out.stdout and " pool " in out.stdout  # in the progress lines
     for x, y in zip(jax_leaves(_final_params(wd)), jax_leaves(_final_params(reference[0])), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -381,4 +381,20 @@ def cost(run: dict, out: str) -> list[str]:
             f"{_f(pool.get('predicted_in_flight'), 2)}, "
             f"measured {_f(pool.get('measured_in_flight'), 2)}."
         )
+    eng, rt = summary.get("engine"), summary.get("realtime")
+    if eng:
+        ep = eng.get("env_pool", {})
+        lines.append(
+            f"\nSlot engine ({eng.get('slots')} slots): {_f(eng.get('tokens_per_s'), 1)} generated "
+            f"tokens/s, slot occupancy {_pct(eng.get('slot_occupancy'))} (held waiting for an "
+            f"environment {_pct(eng.get('slot_held_waiting'))}); env pool utilisation "
+            f"{_pct(ep.get('utilisation'))}, in flight {_f(ep.get('in_flight_measured'), 2)} vs "
+            f"Little's law {_f(ep.get('in_flight_littles_law'), 2)}."
+        )
+    if rt:
+        lines.append(
+            f"\nReal-time clock: sampler busy {_f(rt.get('sampler_busy_s'), 1)} s, learner busy "
+            f"{_f(rt.get('learner_busy_s'), 1)} s, both at once {_f(rt.get('overlap_s'), 1)} s of "
+            f"{_f(rt.get('wall_s'), 1)} s."
+        )
     return lines

@@ -125,7 +125,7 @@ def _workdir(path, rows, summary=None):
     return str(path)
 
 
-def _full(tmp_path):
+def _full(tmp_path, summary=None):
     rows = [
         {"step": 0, "header": HEADER, **_eval(0, 0.40625)},
         _train(1),
@@ -135,7 +135,7 @@ def _full(tmp_path):
         _train(4),
         _eval(4, 0.8125, h=0.0625, hack=0.1875),
     ]
-    return _workdir(tmp_path / "run", rows, SUMMARY)
+    return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary)
 
 
 CONSISTENCY = {
@@ -195,6 +195,23 @@ def test_full_report_has_every_plot_and_the_key_numbers(tmp_path):
     assert "4 syncs (0 skipped), 3.0 MiB" in md
     assert "note:" not in md
     assert "| exact f32 | 96 | 0.0000 | 0.0000 | 0.0000 | 0.0000 | 1.0000 |" in md
+    assert "Slot engine" not in md and "Real-time clock" not in md  # neither ran
+
+
+def test_report_shows_the_slot_engine_and_the_real_time_overlap(tmp_path):
+    engine = {
+        "slots": 8,
+        "tokens_per_s": 123.4,
+        "slot_occupancy": 0.75,
+        "slot_held_waiting": 0.125,
+        "env_pool": {"utilisation": 0.5, "in_flight_measured": 2.0, "in_flight_littles_law": 2.0},
+    }
+    realtime = {"sampler_busy_s": 10.0, "learner_busy_s": 8.0, "overlap_s": 4.0, "wall_s": 15.0}
+    wd = _full(tmp_path, {**SUMMARY, "engine": engine, "realtime": realtime})
+    md = open(report.write_report(wd)).read()
+    assert "Slot engine (8 slots): 123.4 generated tokens/s, slot occupancy 75.0%" in md
+    assert "env pool utilisation 50.0%" in md
+    assert "sampler busy 10.0 s, learner busy 8.0 s, both at once 4.0 s of 15.0 s" in md
 
 
 def test_header_only_run_degrades_with_notes(tmp_path):
