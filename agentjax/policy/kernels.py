@@ -53,14 +53,28 @@ def _pow2(e):
     return jax.lax.bitcast_convert_type((e + 1023) << 52, F64)
 
 
+def _round(x, dt):
+    """``x`` rounded to ``dt``'s precision by ``lax.reduce_precision`` (kept in x's dtype)."""
+    fi = jnp.finfo(dt)
+    x = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+    return jax.lax.reduce_precision(x, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+
+
 def cast(x, dtype):
-    """``x.astype(dtype)``; into a dtype narrower than float32 (or from one) the value is first
-    rounded by ``lax.reduce_precision``, which XLA cannot elide (see the module doc)."""
+    """``x.astype(dtype)`` with the value explicitly rounded to every float format narrower than
+    float64 it leaves or enters (``lax.reduce_precision``, which XLA must honour). A plain
+    convert pair such as float64 -> float32 -> float64 (or float32 -> bf16 -> float32) may be
+    elided under ``xla_allow_excess_precision``, and whether it is depends on the fusions around
+    it, i.e. on the shapes: measured, the learner's log-probs changed with its batch size (batch 8
+    vs 16, 1536 tokens: 17% differed by 1 ulp) until every narrowing went through here."""
     dtype = jnp.dtype(dtype)
+    if not (jnp.issubdtype(x.dtype, jnp.floating) and jnp.issubdtype(dtype, jnp.floating)):
+        return x.astype(dtype)
+    if x.dtype == F64 and dtype != F64:  # through float32 first, as a plain astype chain would
+        x = _round(x, jnp.float32).astype(jnp.float32)
     for dt in (x.dtype, dtype):
-        if jnp.finfo(dt).bits < 32:
-            fi = jnp.finfo(dt)
-            x = jax.lax.reduce_precision(x.astype(jnp.float32), exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+        if jnp.finfo(dt).bits < 64:
+            x = _round(x, dt)
     return x.astype(dtype)
 
 
@@ -101,7 +115,7 @@ def _dot_exact(a, b, dims, k_max, out_dtype):
         bi, eb = _grid(b, tuple(cb), bits)
         out = jax.lax.dot_general(ai, bi, dims)  # integers < 2^53: exact in any order
         scale = jax.lax.dot_general(_pow2(ea), _pow2(eb), dims)  # one product per entry
-        return cast((out * scale).astype(jnp.float32), out_dtype)
+        return cast(cast(out * scale, jnp.float32), out_dtype)
 
 
 def dot_general(a, b, dims, *, k_max: int | None = None):
@@ -127,7 +141,7 @@ def rms_norm(x, scale, eps: float):
     def exact(x_, s_):
         with jax.enable_x64(True):
             x64 = cast(x_, F64)  # squares of f32/bf16 values are exact in float64
-            ms = (exact_sum(x64 * x64, -1) / x_.shape[-1]).astype(jnp.float32)
+            ms = cast(exact_sum(x64 * x64, -1) / x_.shape[-1], jnp.float32)
         y = cast(x_, jnp.float32) * jax.lax.rsqrt(ms + jnp.float32(eps))[..., None]
         return cast(y * cast(s_, jnp.float32), x_.dtype)
 
@@ -160,7 +174,7 @@ def rope(x, pos, theta: float, max_len: int):
             xf = cast(x_, F64)
             rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
             out = xf * cos.astype(F64) + rot * sin.astype(F64)  # exact products, one rounding
-            return cast(out.astype(jnp.float32), x_.dtype)
+            return cast(cast(out, jnp.float32), x_.dtype)
 
     return _with_standard_grad(exact, lambda x_, p_: standard_rope(x_, p_, theta))(x, pos)
 
@@ -177,7 +191,7 @@ def log_softmax(z):
 
     def exact(z_):
         with jax.enable_x64(True):
-            return _log_softmax64(z_).astype(jnp.float32)
+            return cast(_log_softmax64(z_), jnp.float32)
 
     return _with_standard_grad(exact, lambda z_: jax.nn.log_softmax(z_.astype(jnp.float32)))(z)
 
@@ -187,7 +201,7 @@ def softmax(z):
 
     def exact(z_):
         with jax.enable_x64(True):
-            return jnp.exp(_log_softmax64(z_)).astype(jnp.float32)
+            return cast(jnp.exp(_log_softmax64(z_)), jnp.float32)
 
     return _with_standard_grad(exact, lambda z_: jax.nn.softmax(z_.astype(jnp.float32)))(z)
 
@@ -196,7 +210,7 @@ def exclusive_cumsum(p):
     """``cumsum(p) - p`` over the last axis, float64 on a grid: exact (used by top-p)."""
     with jax.enable_x64(True):
         pi, e = _grid(p, (p.ndim - 1,), 53 - _log2_ceil(p.shape[-1]))
-        return ((jnp.cumsum(pi, axis=-1) - pi) * _pow2(e)).astype(jnp.float32)
+        return cast((jnp.cumsum(pi, axis=-1) - pi) * _pow2(e), jnp.float32)
 
 
 def normalize(p):
@@ -204,7 +218,7 @@ def normalize(p):
 
     def exact(p_):
         with jax.enable_x64(True):
-            return (p_.astype(F64) / exact_sum(p_.astype(F64), -1)[..., None]).astype(p_.dtype)
+            return cast(p_.astype(F64) / exact_sum(p_.astype(F64), -1)[..., None], p_.dtype)
 
     return _with_standard_grad(exact, lambda p_: p_ / jnp.sum(p_, -1, keepdims=True))(p)
 
@@ -215,7 +229,7 @@ def weighted_sum(h, w):
     def exact(h_, w_):
         with jax.enable_x64(True):
             t = cast(h_, F64) * cast(w_, F64)[..., None]  # exact products
-            return cast(exact_sum(t, 1).astype(jnp.float32), h_.dtype)
+            return cast(cast(exact_sum(t, 1), jnp.float32), h_.dtype)
 
     standard = lambda h_, w_: jnp.sum(h_ * w_.astype(h_.dtype)[..., None], axis=1)
     return _with_standard_grad(exact, standard)(h, w)
@@ -238,7 +252,7 @@ def _attention_exact(q, k, v, mask, n_max: int):
         ki, ek = _grid(k, (3,), bits)
         s = jax.lax.dot_general(qi, ki, (((3,), (3,)), batch))  # [B,Hkv,R,S] exact integers
         s = s * jax.lax.dot_general(_pow2(eq), _pow2(ek), (((3,), (3,)), batch))
-        s = (s / np.sqrt(np.float64(d))).astype(jnp.float32)
+        s = cast(s / np.sqrt(np.float64(d)), jnp.float32)
         s = jnp.where(mask, s, NEG_INF)
         m = jnp.max(s, axis=-1, keepdims=True)
         e = jnp.where(mask, jnp.exp(s.astype(F64) - m.astype(F64)), 0.0)  # <= 1, max == 1
@@ -248,7 +262,7 @@ def _attention_exact(q, k, v, mask, n_max: int):
         w = e * jnp.swapaxes(_pow2(ev), 2, 3)  # [B,Hkv,R,S]: e_j * 2^ev_j, exact
         wi, ew = _grid(w, (3,), bits)
         num = jax.lax.dot_general(wi, vi, (((3,), (2,)), batch)) * _pow2(ew)  # exact
-        return cast((num / den[..., None]).astype(jnp.float32), v.dtype)
+        return cast(cast(num / den[..., None], jnp.float32), v.dtype)
 
 
 def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int):
