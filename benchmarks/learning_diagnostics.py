@@ -16,6 +16,12 @@ Per policy version v (the trajectories sampled with v's weights, by their first 
 - ``malformed``: share of actions the environment answered with a malformed-action error;
 - from the learner's row of step v+1: ``grad_norm``, ``ratio_max``, ``filter`` (IcePop share),
   ``kl`` (to the warm start, when ``loss.kl_coef`` > 0).
+
+``--choices``: on the tasks whose first ``run`` reports two or more failing functions, which
+function the first ``view`` names (per bucket of ``--bucket`` versions): the *first* failing one
+(the demonstrator's rule; never the fix on these tasks), the *last* failing one (the localising
+rule), another failing one, a name the report does not list, or no well-formed ``view``; each with
+the mean reward of the trajectories that chose it. This is where RL has to move probability.
 """
 
 from __future__ import annotations
@@ -113,17 +119,70 @@ def table(rows: list[dict], every: int = 5) -> str:
     return "\n".join(lines)
 
 
+CHOICES = ("first", "last", "middle", "unlisted", "no_view")
+
+
+def choices(workdir: str, bucket: int = 10) -> list[dict]:
+    """Share (and mean reward) of each first-``view`` choice on multi-failure tasks, per bucket."""
+    tok = WordTokenizer(minirepo.vocabulary())
+    count: dict = defaultdict(lambda: defaultdict(list))
+    for t in Journal(os.path.join(workdir, "journal.bin")).read():
+        if len(t.turns) < 2 or t.final_reward is None:
+            continue
+        report = tok.decode([int(i) for i in t.turns[0].observation], skip_specials=True).split()
+        fails = [report[i + 1] for i, w in enumerate(report[:-1]) if w == "fail"]
+        if len(fails) < 2:
+            continue
+        action = tok.decode([int(i) for i in t.turns[1].action], skip_specials=True).split()
+        if len(action) != 2 or action[0] != "view":
+            c = "no_view"
+        elif action[1] == fails[0]:
+            c = "first"
+        elif action[1] == fails[-1]:
+            c = "last"
+        else:
+            c = "middle" if action[1] in fails else "unlisted"
+        count[int(t.versions.min()) // bucket * bucket][c].append(float(t.final_reward))
+    out = []
+    for v in sorted(count):
+        n = sum(len(x) for x in count[v].values())
+        row: dict = {"versions": f"{v}-{v + bucket - 1}", "n": n}
+        for c in CHOICES:
+            r = count[v][c]
+            row[c] = len(r) / n
+            row[f"{c}_reward"] = float(np.mean(r)) if r else float("nan")
+        out.append(row)
+    return out
+
+
+def choices_table(rows: list[dict]) -> str:
+    lines = [
+        "| versions | n | " + " | ".join(CHOICES) + " |",
+        "|" + "---|" * (len(CHOICES) + 2),
+    ]
+    for r in rows:
+        cells = [f"{r[c]:.2f} (r {r[c + '_reward']:.2f})" if r[c] else "0.00" for c in CHOICES]
+        lines.append(f"| {r['versions']} | {r['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workdir")
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--choices", action="store_true", help="also the first-view choice table")
+    ap.add_argument("--bucket", type=int, default=10)
     a = ap.parse_args()
     rows = diagnose(a.workdir)
     print(table(rows, a.every))
+    picked = choices(a.workdir, a.bucket) if a.choices else []
+    if picked:
+        print()
+        print(choices_table(picked))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"versions": rows, "choices": picked} if picked else rows, f, indent=1)
 
 
 if __name__ == "__main__":

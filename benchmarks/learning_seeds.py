@@ -28,7 +28,8 @@ TARGETS = {"final": 0.80, "gain": 0.25, "margin": 0.20, "median": 0.90}
 
 def run_seed(seed: int, workdir: str, extra: list[str], fresh: bool) -> dict:
     summary_path = os.path.join(workdir, "summary.json")
-    wall = None
+    wall_path = os.path.join(workdir, "command_wall.json")  # the whole command, kept for reuse
+    wall, run_extra = None, extra
     if fresh or not os.path.exists(summary_path):
         shutil.rmtree(workdir, ignore_errors=True)
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -53,6 +54,12 @@ def run_seed(seed: int, workdir: str, extra: list[str], fresh: bool) -> dict:
             f.write(out.stdout + out.stderr)
         if out.returncode:
             raise SystemExit(f"seed {seed} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+        with open(wall_path, "w") as f:
+            json.dump({"wall_seconds": wall, "extra": extra}, f)
+    elif os.path.exists(wall_path):
+        with open(wall_path) as f:
+            kept = json.load(f)
+        wall, run_extra = kept["wall_seconds"], kept.get("extra", [])
     summary = json.load(open(summary_path))
     rows = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl")) if x.strip()]
     curve = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
@@ -70,6 +77,7 @@ def run_seed(seed: int, workdir: str, extra: list[str], fresh: bool) -> dict:
         "train_wall_seconds": summary.get("wall_seconds"),
         "curve": curve,
         "versions": h.get("versions"),
+        "extra": run_extra,  # the launch.train flags this seed's run had besides the seed
     }
 
 
