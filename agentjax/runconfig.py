@@ -1,5 +1,7 @@
 """The run configuration: an ``ml_collections.ConfigDict`` checked into small frozen dataclasses.
 
+(One module, over 300 lines: the cross-section checks sit next to the sections they relate.)
+
 Every section is validated before any work starts; an invalid value fails with the field's full
 name and the allowed values (``task.name='swe' is invalid; allowed values: [...]``). Each section
 is the component's own config (``scheduler`` is the scheduler's :class:`SchedulerConfig`,

@@ -1,5 +1,7 @@
 """Batch-invariant kernels by exact summation (exact mode, ``exact_kernels="exact_sum"``).
 
+(One module, over 300 lines: every kernel shares the grid and rounding rules defined at its top.)
+
 A floating-point sum depends on the order of its terms, and XLA picks that order per shape
 (XLA:CPU hands dots to YNNPACK, whose kernel for a ``[N, 128] x [128, 512]`` product changes
 between N <= 48 and N >= 56; N = 1 becomes a vector-matrix product with yet another order).
