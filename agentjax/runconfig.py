@@ -148,7 +148,6 @@ _SECTIONS = {
     "fingerprints": FingerprintSection,
     "admission": StalenessConfig,
 }
-TASKS = tuple(TaskName.values())
 # Fields that moved: where a config written for an older agentjax finds them now.
 MOVED = {"scheduler.max_version_gap": "admission.max_version_gap"}
 _TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}

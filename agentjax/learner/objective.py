@@ -53,8 +53,6 @@ class KLKind(Choice):
 
 LOSSES = tuple(registry.LOSSES)  # an open registry: loss.name stays a checked string
 FILTERS = tuple(Filter.values())
-FILTER_RATIOS = tuple(FilterRatio.values())
-ADVANTAGES = tuple(Advantage.values())
 _TIS_LOSSES = ("ppo", "grpo", "cispo")  # losses linear in a per-token advantage weight
 
 

@@ -45,9 +45,6 @@ class EnvPoolKind(Choice):
     PROCESS = "process"
 
 
-KINDS = tuple(EnvPoolKind.values())
-
-
 class StepEvent(NamedTuple):
     arrive: float  # submit (monotonic seconds)
     start: float  # a worker began it

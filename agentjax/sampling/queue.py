@@ -49,7 +49,6 @@ class ResumeMode(Choice):
 
 
 MODES = tuple(SchedulerMode.values())
-RESUME = tuple(ResumeMode.values())
 
 
 @dataclasses.dataclass(frozen=True)
