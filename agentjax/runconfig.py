@@ -296,6 +296,11 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             "group of one has advantage 0 (no gradient); must be >= 2, or use "
             "loss.advantage='gae'"
         )
+    if s.uniform_groups == "drop" and rl.group_size < 2:
+        raise ConfigError(
+            f"scheduler.uniform_groups='drop' needs groups to judge: rl.group_size={rl.group_size} "
+            "must be >= 2 (or uniform_groups='keep')"
+        )
     if parts["admission"].queue_capacity and parts["admission"].queue_capacity < rl.batch_size:
         raise ConfigError(
             f"admission.queue_capacity={parts['admission'].queue_capacity} must be >= "

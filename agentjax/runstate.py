@@ -241,6 +241,7 @@ class RunState:
             "version_gap_mean": float(np.mean(gaps)) if gaps else 0.0,
             "version_gap_max": int(max(gaps)) if gaps else 0,
             "weights_mean": float(np.mean([c.weight for c in batch])),
+            **_dynamic_sampling(self.scheduler.gate),
             "virtual_time": float(self.scheduler.ex.now()),
             "wall": time.perf_counter() - self.wall0,
         }
@@ -311,9 +312,29 @@ def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
         f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
         f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
+        f"{_dropped(recs)}"
         f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
         f"{_engine_figures(r.worker)}{time.perf_counter() - r.wall0:.0f}s"
     )
+
+
+def _dropped(recs) -> str:
+    """Dynamic sampling's share of submissions dropped as uniform groups ('' when none)."""
+    n = sum(rec.terminal is not None and rec.terminal.value == "filtered" for rec in recs)
+    return f"dropped {n / len(recs):.3f} | " if n else ""
+
+
+def _dynamic_sampling(gate) -> dict:
+    """Dynamic sampling's account at a learner step (empty without it): uniform-group
+    trajectories dropped since the last step, and in total; uniform ones trained because the
+    drop budget was spent."""
+    if gate is None:
+        return {}
+    return {
+        "sampling/dropped_uniform": float(gate.dropped),
+        "sampling/dropped_uniform_total": float(gate.dropped_total),
+        "sampling/released_uniform_total": float(gate.released_uniform),
+    }
 
 
 def _engine_figures(worker) -> str:

@@ -89,6 +89,7 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Sched
         config=run.scheduler,
         staleness_config=run.admission,
         batch_size=run.rl.batch_size,
+        group_size=run.rl.group_size,
         executor=RealtimeExecutor() if run.scheduler.clock == Clock.REAL else BatchingExecutor(),
         retry=loopparts.retry_policy(run),
     )

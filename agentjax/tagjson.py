@@ -47,6 +47,7 @@ TYPES = frozenset({
     "agentjax.envs.minirepo.tasks:Test", "agentjax.envs.minirepo.tasks:Difficulty",
     "agentjax.envs.minirepo.lang:Fn", "agentjax.envs.minirepo.lang:Edit",
     "agentjax.envs.codefix.api:Task", "agentjax.envs.faults:RetryState",
+    "agentjax.sampling.groups:UniformGroups", "agentjax.sampling.groups:GroupGate",
 })  # fmt: skip
 
 

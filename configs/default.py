@@ -51,6 +51,10 @@ def get_config() -> ml_collections.ConfigDict:
         engine_chunk=8,
         env_workers=8,
         env_pool="thread",
+        # dynamic sampling: "drop" keeps all-pass / all-fail groups (advantage 0) out of the
+        # batch and samples more in their place, at most drop_budget x rl.batch_size per step
+        uniform_groups="keep",
+        drop_budget=4,
     )
     c.placement = dict(
         kind="colocated",

@@ -131,3 +131,29 @@ def test_noisy_env_curriculum_raises_rates_and_retries_infra_faults(tmp_path):
     crashed = [t for t in Journal(tmp_path / "journal.bin").read() if t.label == "infra_fault"]
     assert crashed and summary["retries"] > 0  # infra faults were resubmitted by the scheduler
     assert summary["final_eval"]["eval/n"] == 8  # held-out evaluation runs in the clean env
+
+
+def test_dynamic_sampling_drops_uniform_groups_from_the_training_batches(tmp_path):
+    """scheduler.uniform_groups='drop': no learner batch holds a group of equal rewards (within
+    the drop budget), the dropped episodes end 'filtered' (journaled, never trained), and every
+    step trains whole groups. A short warm start gives the tiny policy some passing episodes."""
+    cfg = _config(
+        "default",
+        steps=3,
+        admission__max_version_gap=8,  # nothing rejected stale: whole groups
+        warm_start__steps=150,
+        warm_start__episodes=256,
+        scheduler__uniform_groups="drop",
+        scheduler__drop_budget=64,
+    )
+    summary, rows = _train(cfg, tmp_path)
+    assert all(r["batch/all_same_groups"] == 0 for r in rows), [r["batch/all_same_groups"] for r in rows]
+    assert all(r["batch/singleton_groups"] == 0 and r["batch/groups"] == 4 for r in rows)
+    dropped = summary["scheduler"]["terminal"]["filtered"]
+    assert 0 < rows[-1]["sampling/dropped_uniform_total"] <= dropped  # (and some after the last step)
+    assert rows[-1]["sampling/released_uniform_total"] == 0
+    by_task = collections.defaultdict(set)
+    for t in Journal(tmp_path / "journal.bin").read():
+        by_task[t.task_id].add(t.final_reward)
+    uniform = [k for k, v in by_task.items() if len(v) == 1]
+    assert len(uniform) * 4 >= dropped  # the journal holds the dropped groups, whole

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from agentjax.choice import coerce
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.envpool import EnvPoolKind
+from agentjax.sampling.groups import UniformGroups
 from agentjax.sampling.queue import Clock, ResumeMode, SchedulerMode, TaskCaps
 from agentjax.sampling.staleness import Admission, Terminal
 from agentjax.trajectory import Trajectory
@@ -43,9 +44,21 @@ class SchedulerConfig:
     engine_chunk: int = 8  # decode tokens per slot-engine generate call
     env_workers: int = 8  # slot engine: environment pool size
     env_pool: EnvPoolKind = EnvPoolKind.THREAD  # slot engine: thread or process workers
+    # dynamic sampling (agentjax.sampling.groups): "drop" keeps groups whose rewards are all equal
+    # out of the batch and samples more in their place, at most drop_budget x batch_size
+    # trajectories per learner step
+    uniform_groups: UniformGroups = UniformGroups.KEEP
+    drop_budget: int = 4
 
     def __post_init__(self) -> None:
-        coerce(self, mode=SchedulerMode, clock=Clock, resume=ResumeMode, env_pool=EnvPoolKind)
+        coerce(
+            self,
+            mode=SchedulerMode,
+            clock=Clock,
+            resume=ResumeMode,
+            env_pool=EnvPoolKind,
+            uniform_groups=UniformGroups,
+        )
         if self.round_budget is None:  # the library's spelling of "no budget"
             object.__setattr__(self, "round_budget", 0)
         if self.window is None and self.mode != SchedulerMode.WINDOWED_FIFO:  # unused there
@@ -53,7 +66,12 @@ class SchedulerConfig:
         for name in ("num_slots", "window", "engine_chunk", "env_workers"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be an integer >= 1")
-        for name in ("round_budget", "engine_slots"):
+        if self.uniform_groups == UniformGroups.DROP and self.mode == SchedulerMode.SYNC:
+            raise ValueError(
+                "uniform_groups='drop' needs mode 'async' or 'windowed_fifo' (a sync round has a "
+                "fixed size: nothing could take a dropped group's place); or uniform_groups='keep'"
+            )
+        for name in ("round_budget", "engine_slots", "drop_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
 

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 from agentjax.sampling import snapshot as snap
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.clock import Failure, SimulatedExecutor
+from agentjax.sampling.groups import GroupGate, UniformGroups
 from agentjax.sampling.queue import RolloutWorker, RoundResult, SubmissionWindow, WorkItem, consumable
 from agentjax.sampling.runlog import Consumed, Record, RunLog, SchedulerConfig
 from agentjax.sampling.staleness import Admission, Event, Kind, Terminal
@@ -75,6 +76,7 @@ class Scheduler:
         config: SchedulerConfig,
         staleness_config: stl.StalenessConfig,
         batch_size: int,
+        group_size: int = 1,
         executor: Any = None,
         admission: Callable[[stl.SampleInfo, stl.StalenessConfig], stl.Decision] = stl.admit,
         drift_fn: Callable[[Trajectory, int], float | None] | None = None,
@@ -82,9 +84,19 @@ class Scheduler:
     ) -> None:
         """``retry(state, task, trajectory) -> (state, task_or_None)``: called for every infra
         fault (masked); a returned task is submitted again before any new one. ``state`` starts as
-        None per original task and is kept in the snapshot (see :mod:`agentjax.sampling.retry`)."""
+        None per original task and is kept in the snapshot (see :mod:`agentjax.sampling.retry`).
+        ``group_size``: members per GRPO group (consecutive tasks with one ``task_id``); with
+        ``config.uniform_groups='drop'`` the scheduler drops groups of equal rewards
+        (:mod:`agentjax.sampling.groups`)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} is invalid; must be an integer >= 1")
+        self.gate = None
+        if config.uniform_groups == UniformGroups.DROP:
+            if not isinstance(group_size, int) or group_size < 2:
+                raise ValueError(
+                    f"uniform_groups='drop' needs groups: group_size={group_size!r} must be >= 2"
+                )
+            self.gate = GroupGate(group_size, config.drop_budget * batch_size)
         staleness_config = staleness_config.resolved(batch_size, config.num_slots)
         if staleness_config.queue_capacity < batch_size:
             raise ValueError("queue_capacity must be >= batch_size (else the learner starves)")
@@ -210,13 +222,17 @@ class Scheduler:
         rec, traj = self.records[index], self.traj[index]
         if traj.final_reward is None:  # infra fault: masked, never a silent zero
             self._event(Kind.MASK)
+            again = None
             if self.retry is not None:
                 origin = self.retry_of.get(index, index)
                 st, again = self.retry(self.retry_states.get(origin), self.task[index], traj)
                 self.retry_states[origin] = st
                 if again is not None:
                     self.retry_queue.append((origin, again))
-            return self._resolve(index, Terminal.MASKED, traj.label or "no reward")
+            self._resolve(index, Terminal.MASKED, traj.label or "no reward")
+            if again is None:  # the member's last outcome (a retry would bring another)
+                self._group_outcome(index)
+            return None
         rec.consume_version = self.version
         info = stl.SampleInfo(
             version_gap=rec.version_gap,
@@ -242,15 +258,42 @@ class Scheduler:
                 self._take(index)
             self.round_open = False
         else:
+            full = False
             while len(self.batch) < self.batch_size:
-                cands = consumable(self.cfg.mode, self.completed, self.window.head, self.cfg.consume_window)
-                if not cands:
+                index = self._next_take()
+                if index is None:
                     break
-                self._take(cands[0])
-            if len(self.batch) < self.batch_size:
+                if index < 0:
+                    full = True
+                    break
+                self._take(index)
+            if len(self.batch) < self.batch_size and not full:
                 return
         if self.batch:
             self._start_step()
+
+    def _next_take(self) -> int | None:
+        """The next completed trajectory to take; None: none is ready; -1: the batch is full.
+
+        With dynamic sampling a group is trained whole, in one batch (its advantages are computed
+        over the members in the batch): the rest of a group the batch has started comes first,
+        window or not, and a group that would not fit waits for the next batch."""
+        cands = consumable(self.cfg.mode, self.completed, self.window.head, self.cfg.consume_window)
+        if self.gate is None:
+            return cands[0] if cands else None
+        started = {self.records[c.index].task_id for c in self.batch}
+        rest = [i for i in self.completed if self.records[i].task_id in started]
+        if rest:
+            return rest[0]
+        for i in cands:
+            task_id = self.records[i].task_id
+            members = sum(
+                self.records[j].task_id == task_id and self.traj[j].final_reward is not None
+                for j in self.completed
+            )
+            if len(self.batch) + members <= self.batch_size:
+                return i
+        return -1 if cands else None
 
     def _start_step(self) -> None:
         batch, self.batch = self.batch, []
@@ -277,6 +320,8 @@ class Scheduler:
         self._event(Kind.VERSION)
         self.step_end_times.append(self.ex.now())
         self._log("step", -1)
+        if self.gate is not None:
+            self.gate.on_step()
         self._enforce_bound()
 
     def _over(self, index: int) -> bool:
@@ -291,14 +336,36 @@ class Scheduler:
                 self._account_busy(index, self.records[index])
                 self._event(Kind.CANCEL)
                 self._resolve(index, Terminal.CANCELLED, "over_gap")
+                self._group_outcome(index)
         for index in [i for i in self.paused if self._over(i)]:
             del self.paused[index]
             self._event(Kind.CANCEL)
             self._resolve(index, Terminal.CANCELLED, "over_gap")
+            self._group_outcome(index)
         for index in [i for i in self.completed if self._over(i)]:
             del self.completed[index]
             self._event(Kind.REJECT)
             self._resolve(index, Terminal.REJECTED_STALE, "over_gap")
+            if self.traj[index].final_reward is None:  # a masked member not yet counted
+                self._group_outcome(index)
+        for index in [i for i in (self.gate.holding() if self.gate else []) if self._over(i)]:
+            self.gate.leave(index)  # its outcome already counted
+            self._event(Kind.REJECT)
+            self._resolve(index, Terminal.REJECTED_STALE, "over_gap")
+
+    def _group_outcome(self, index: int, reward: float | None = None) -> None:
+        """Dynamic sampling: one member's outcome; a decided group is released or dropped."""
+        if self.gate is None:
+            if reward is not None:
+                self.completed[index] = None
+            return
+        task_id = self.records[index].task_id
+        release, drop = self.gate.outcome(task_id, None if reward is None else index, reward)
+        for i in release:
+            self.completed[i] = None
+        for i in drop:
+            self._event(Kind.FILTER)
+            self._resolve(i, Terminal.FILTERED, "uniform_group")
 
     def _account_busy(self, index: int, rec: Record) -> tuple[float, int]:
         start, version = self.round_start.pop(index)
@@ -311,7 +378,8 @@ class Scheduler:
         rec.rounds += 1
         if isinstance(result, Failure):
             self._event(Kind.FAIL)
-            return self._resolve(index, Terminal.FAILED, repr(result.error))
+            self._resolve(index, Terminal.FAILED, repr(result.error))
+            return self._group_outcome(index)
         rec.generation_time += result.generation_time
         rec.env_time += result.env_time
         rec.recompute_time += result.recompute_time
@@ -326,9 +394,12 @@ class Scheduler:
             return self._log("pause", index)
         rec.stop_reason = traj.stop_reason.value
         rec.complete_time, rec.complete_version = self.ex.now(), self.version
-        self.completed[index] = None
         self._event(Kind.COMPLETE)
         self._log("complete", index)
+        if traj.final_reward is None:  # masked in _take (its group outcome counts there)
+            self.completed[index] = None
+        else:
+            self._group_outcome(index, float(traj.final_reward))
 
     def _shutdown(self) -> None:
         for ticket, index in list(self.running.items()):
@@ -342,9 +413,11 @@ class Scheduler:
         for c in self.batch:
             self._event(Kind.CANCEL, from_queue=True)
             self._resolve(c.index, Terminal.CANCELLED, "shutdown", taken=True)
-        for index in self.completed:
+        for index in [*self.completed, *(self.gate.holding() if self.gate else [])]:
             self._event(Kind.CANCEL, from_queue=True)
             self._resolve(index, Terminal.CANCELLED, "shutdown")
+        if self.gate is not None:
+            self.gate.held, self.gate.seen = {}, {}
         self.running, self.paused, self.round_queue, self.batch, self.completed = {}, {}, [], [], {}
         if not stl.is_conserved(self.st) or self.st.in_flight or self.st.queued:
             raise AssertionError(f"conservation violated: {self.st}")
@@ -398,6 +471,7 @@ class Scheduler:
             window={"head": self.window.head, "resolved": sorted(self.window._resolved)},
             batches=[[c._replace(trajectory=None) for c in b] for b in self.batches],
             executor=executor,
+            gate=self.gate,
         )
         return snap.dumps(state)
 
@@ -446,8 +520,9 @@ class Scheduler:
         obj.admission, obj.drift_fn, obj.retry = admission, drift_fn, retry
         for k, v in (("retry_queue", []), ("retry_of", {}), ("retry_states", {})):  # older snapshots
             obj.__dict__.setdefault(k, v)
-        if skip_drawn:
-            for _ in range(len(obj.records)):
+        obj.gate = state.get("gate")  # None: no dynamic sampling (or a snapshot from before it)
+        if skip_drawn:  # a retried submission was not drawn from the source
+            for _ in range(len(obj.records) - len(obj.retry_of)):
                 next(obj.tasks)
         return obj
 

@@ -37,6 +37,7 @@ class Terminal(enum.StrEnum):
     REJECTED_STALE = "rejected_stale"
     CANCELLED = "cancelled"
     FAILED = "failed"
+    FILTERED = "filtered"  # dropped by dynamic sampling: its group's rewards were all equal
 
 
 class Admission(enum.StrEnum):
@@ -55,6 +56,7 @@ class Kind(enum.IntEnum):
     CANCEL = 5  # in flight (or queued, with from_queue) -> cancelled
     FAIL = 6  # in flight -> failed
     VERSION = 7  # the learner published a new version
+    FILTER = 8  # queued -> filtered (dynamic sampling dropped its uniform group)
 
 
 class Event(NamedTuple):
@@ -131,6 +133,7 @@ class StalenessState(NamedTuple):
     gap_hist: np.ndarray  # int64 [bins]: v_learner - v_behavior of trained samples
     gen_gap_hist: np.ndarray  # generation-time part
     queue_gap_hist: np.ndarray  # queue-time part
+    filtered: int = 0  # dropped by dynamic sampling (agentjax.sampling.groups)
 
 
 def init(config: StalenessConfig) -> StalenessState:
@@ -163,6 +166,8 @@ def update(state: StalenessState, event: Event) -> StalenessState:
         return s._replace(queued=s.queued - 1, masked=s.masked + 1)
     if k == Kind.REJECT:
         return s._replace(queued=s.queued - 1, rejected_stale=s.rejected_stale + 1)
+    if k == Kind.FILTER:
+        return s._replace(queued=s.queued - 1, filtered=s.filtered + 1)
     if k == Kind.TRAIN:
         gap = event.gen_gap + event.queue_gap
         return s._replace(
@@ -199,7 +204,10 @@ def queue_pressure(state: StalenessState, config: StalenessConfig) -> float:
 
 def capacity(state: StalenessState, config: StalenessConfig, batch_size: int) -> int:
     """How many new tasks may be submitted now (0 = backpressure) with ``batch_size`` per step."""
-    held = state.trained + state.masked + state.queued + state.in_flight
+    # Samples that were or will be trained take a place; masked, rejected, cancelled, failed and
+    # filtered ones never will, so they give theirs back (counting masked ones starved a run
+    # with infra faults: about (gap + 1) x (1 - f) / f steps at fault rate f).
+    held = state.trained + state.queued + state.in_flight
     off_policy = (config.max_version_gap + state.version + 1) * batch_size - held
     concurrency = config.max_in_flight - state.in_flight
     queue_room = _queue_capacity(config) - state.queued - state.in_flight

@@ -16,18 +16,19 @@ def _apply(state, *kinds, **kw):
 
 def test_counters_and_conservation():
     cfg = stl.StalenessConfig()
-    s = _apply(stl.init(cfg), *[Kind.SUBMIT] * 6)
-    s = _apply(s, Kind.COMPLETE, Kind.COMPLETE, Kind.COMPLETE, Kind.COMPLETE)
-    s = _apply(s, Kind.TRAIN, Kind.REJECT, Kind.MASK, Kind.FAIL)
+    s = _apply(stl.init(cfg), *[Kind.SUBMIT] * 7)
+    s = _apply(s, *[Kind.COMPLETE] * 5)
+    s = _apply(s, Kind.TRAIN, Kind.REJECT, Kind.MASK, Kind.FAIL, Kind.FILTER)
     s = stl.update(s, Event(Kind.CANCEL))  # in flight
     s = stl.update(s, Event(Kind.CANCEL, from_queue=True))
-    assert (s.submitted, s.in_flight, s.queued) == (6, 0, 0)
+    assert (s.submitted, s.in_flight, s.queued) == (7, 0, 0)
     assert stl.terminal_counts(s) == {
         "trained": 1,
         "masked": 1,
         "rejected_stale": 1,
         "cancelled": 2,
         "failed": 1,
+        "filtered": 1,
     }
     assert stl.is_conserved(s)
     assert not stl.is_conserved(s._replace(trained=2))  # a task counted twice is caught
