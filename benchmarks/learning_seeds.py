@@ -1,6 +1,6 @@
 """The default run on several seeds, in sequence: does RL learn on every seed?
 
-    python benchmarks/learning_seeds.py        # seeds 0-4: ~33 min on 2 cores (6.5 min a seed)
+    python benchmarks/learning_seeds.py        # seeds 0-4: ~27-35 min on 2 cores (5.5-7.5 min a seed)
     python benchmarks/learning_seeds.py --seeds 1 3 --extra=--config.rl.steps=60
 
 Each seed runs ``python -m launch.train --config.seed=S`` (the README's main job, nothing else

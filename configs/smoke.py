@@ -13,7 +13,9 @@ def get_config():
     c.task.eval_tasks = 16
     c.warm_start.update(episodes=64, steps=10, batch_size=16)
     c.rl.update(steps=12, group_size=4, batch_size=16, eval_every=6)
-    c.scheduler.update(num_slots=32, window=16)
+    # dynamic sampling as the default; a budget of one batch: the 10-step warm start passes
+    # almost nothing, so most groups are uniform and the budget path runs every step
+    c.scheduler.update(num_slots=32, window=16, drop_budget=1)
     c.checkpoint_every = 2
     c.log_every = 1
     return c

@@ -69,7 +69,9 @@ def tiny_config(name="default", steps=2, **overrides):
     c.task.eval_tasks = 8
     c.warm_start.update(episodes=64, steps=2, batch_size=16)
     c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
-    c.scheduler.update(num_slots=32, window=16)
+    # a 2-step warm start passes nothing: every group is uniform, and dropping them would only
+    # sample drop_budget x more (dynamic sampling has its own tests; configs/smoke.py keeps it)
+    c.scheduler.update(num_slots=32, window=16, uniform_groups="keep")
     c.checkpoint_every, c.log_every, c.report = 0, 1, False
     for path, v in overrides.items():
         *sections, field = path.split("__")

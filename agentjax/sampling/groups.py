@@ -6,6 +6,8 @@ the scheduler holds each completed trajectory until its group is decided (every 
 outcome), then releases the group to the learner if its rewards differ and drops it (terminal
 ``filtered``) if they are all equal, and samples more groups in its place, so that every learner
 step sees ``rl.batch_size`` informative trajectories (DAPO's dynamic sampling, Yu et al. 2025).
+In ``sync`` mode a round whose groups were dropped is followed by rounds for the missing ones
+before the learner steps; in ``async`` and ``windowed_fifo`` free slots simply take more tasks.
 
 The drop budget bounds the extra sampling: once ``drop_budget x batch_size`` trajectories were
 dropped since the last learner step, uniform groups are released (trained with advantage 0)

@@ -66,11 +66,6 @@ class SchedulerConfig:
         for name in ("num_slots", "window", "engine_chunk", "env_workers"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be an integer >= 1")
-        if self.uniform_groups == UniformGroups.DROP and self.mode == SchedulerMode.SYNC:
-            raise ValueError(
-                "uniform_groups='drop' needs mode 'async' or 'windowed_fifo' (a sync round has a "
-                "fixed size: nothing could take a dropped group's place); or uniform_groups='keep'"
-            )
         for name in ("round_budget", "engine_slots", "drop_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")

@@ -204,10 +204,13 @@ class Scheduler:
 
     def _fill_sync(self) -> None:
         if not self.round_open and self.learner_ticket is None:
-            units = list(self.paused)[: self.batch_size]
+            size = self.batch_size - len(self.batch)  # dynamic sampling: what its drops left
+            if self.gate is not None:
+                size = -(-size // self.gate.group_size) * self.gate.group_size  # whole groups
+            units = list(self.paused)[:size]
             for i in units:
                 del self.paused[i]
-            while len(units) < self.batch_size:
+            while len(units) < size:
                 index = self._submit_new()
                 if index is None:
                     break
@@ -254,23 +257,26 @@ class Scheduler:
         if self.cfg.mode == "sync":
             if not self.round_open or self.running or self.round_queue:
                 return
-            for index in consumable("sync", self.completed, 0, None):
-                self._take(index)
             self.round_open = False
-        else:
-            full = False
-            while len(self.batch) < self.batch_size:
-                index = self._next_take()
-                if index is None:
-                    break
-                if index < 0:
-                    full = True
-                    break
-                self._take(index)
-            if len(self.batch) < self.batch_size and not full:
+        full = self._fill_batch()
+        if len(self.batch) < self.batch_size and not full:
+            # sync trains the round it has (short when episodes were masked), unless dynamic
+            # sampling dropped groups from it: then another round samples the missing ones
+            if self.cfg.mode != "sync" or (self.gate is not None and self.gate.dropped):
                 return
         if self.batch:
             self._start_step()
+
+    def _fill_batch(self) -> bool:
+        """Takes completed trajectories into the batch; True when the next would not fit."""
+        while len(self.batch) < self.batch_size:
+            index = self._next_take()
+            if index is None:
+                return False
+            if index < 0:
+                return True
+            self._take(index)
+        return False
 
     def _next_take(self) -> int | None:
         """The next completed trajectory to take; None: none is ready; -1: the batch is full.

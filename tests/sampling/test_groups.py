@@ -62,7 +62,7 @@ def run(tasks, *, size, mode="windowed_fifo", batch=8, steps=6, gap=2, budget=4,
 def test_no_uniform_group_is_trained_while_the_budget_lasts_and_every_task_is_accounted(seed):
     rng = np.random.default_rng(seed)
     size = int(rng.choice([2, 3, 4]))
-    mode = str(rng.choice(["async", "windowed_fifo"]))
+    mode = ["async", "windowed_fifo", "sync"][seed % 3]
     tasks = group_tasks(200, size, rng, fault_rate=float(rng.choice([0.0, 0.1])))
     s, log = run(tasks, size=size, mode=mode, budget=1000)
     assert s.steps == 6
@@ -129,8 +129,20 @@ def test_a_dropping_run_snapshots_and_resumes_exactly():
     assert again.terminal_counts() == whole.terminal_counts()
 
 
-def test_drop_is_refused_where_it_cannot_act():
-    with pytest.raises(ValueError, match="uniform_groups='drop' needs mode"):
-        sch.SchedulerConfig(mode="sync", uniform_groups="drop")
+def test_sync_rounds_continue_until_the_batch_holds_only_mixed_groups():
+    """sync: a round whose groups were dropped is followed by rounds for the missing groups (the
+    barrier stays: no round overlaps the learner); the batch is full and holds no uniform group."""
+    rng = np.random.default_rng(5)
+    tasks = group_tasks(200, 4, rng)
+    s, log = run(tasks, size=4, mode="sync", budget=1000, gap=0)
+    assert s.steps == 6 and log.terminal_counts()["filtered"] > 0
+    assert all(len(b) == 8 for b in log.batches)
+    for b in log.batches:
+        for g in {c.trajectory.task_id for c in b}:
+            assert len({c.trajectory.final_reward for c in b if c.trajectory.task_id == g}) > 1
+    assert log.staleness.max_gap == 0  # every trained episode sampled by the version it trains
+
+
+def test_drop_is_refused_without_groups():
     with pytest.raises(ValueError, match="group_size"):
         run([], size=1)
