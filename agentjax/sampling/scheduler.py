@@ -27,6 +27,7 @@ and queued ones rejected, so no trained sample ever exceeds the configured gap.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -288,18 +289,15 @@ class Scheduler:
         if self.gate is None:
             return cands[0] if cands else None
         started = {self.records[c.index].task_id for c in self.batch}
-        rest = [i for i in self.completed if self.records[i].task_id in started]
-        if rest:
-            return rest[0]
-        for i in cands:
-            task_id = self.records[i].task_id
-            members = sum(
-                self.records[j].task_id == task_id and self.traj[j].final_reward is not None
-                for j in self.completed
-            )
-            if len(self.batch) + members <= self.batch_size:
-                return i
-        return -1 if cands else None
+        rest = next((i for i in self.completed if self.records[i].task_id in started), None)
+        if rest is not None:
+            return rest
+        members = collections.Counter(
+            self.records[j].task_id for j in self.completed if self.traj[j].final_reward is not None
+        )
+        room = self.batch_size - len(self.batch)
+        fits = next((i for i in cands if members[self.records[i].task_id] <= room), None)
+        return fits if fits is not None else (-1 if cands else None)
 
     def _start_step(self) -> None:
         batch, self.batch = self.batch, []
