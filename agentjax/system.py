@@ -48,6 +48,7 @@ from agentjax.runstate import (
 )
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.realtime import RealtimeExecutor
+from agentjax.sampling.replay import ReplayExecutor, read_schedule, write_schedule
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
 from agentjax.sharding import multihost, param_shardings, shard_params
@@ -79,8 +80,14 @@ def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
     }
 
 
-def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Scheduler:
+def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, replay=None) -> Scheduler:
     run = parts.run
+    if replay is not None:
+        executor = ReplayExecutor(replay)
+    elif run.scheduler.clock == Clock.REAL:
+        executor = RealtimeExecutor()
+    else:
+        executor = BatchingExecutor()
     return Scheduler(
         tasks,
         worker,
@@ -90,14 +97,32 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks) -> Sched
         staleness_config=run.admission,
         batch_size=run.rl.batch_size,
         group_size=run.rl.group_size,
-        executor=RealtimeExecutor() if run.scheduler.clock == Clock.REAL else BatchingExecutor(),
+        executor=executor,
         retry=loopparts.retry_policy(run),
     )
 
 
-def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None] = print) -> dict:
-    """Runs (or resumes) the configured training; returns the summary (also in summary.json)."""
+def train(
+    cfg,
+    workdir: str,
+    *,
+    resume: bool = False,
+    replay: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Runs (or resumes) the configured training; returns the summary (also in summary.json).
+
+    ``replay``: the workdir of a finished real-time run of the same config, whose recorded
+    schedule this run re-executes (:mod:`agentjax.sampling.replay`)."""
     run = runconfig.parse(cfg)  # fails before any work on an invalid config
+    schedule = None
+    if replay is not None:
+        if run.scheduler.clock != Clock.REAL or resume:
+            raise runconfig.ConfigError(
+                "--replay re-executes a scheduler.clock='real' run: pass that run's flags "
+                "(clock 'real'), without --resume"
+            )
+        schedule = read_schedule(replay, files.config_record(run))
     parts = build(run)  # ... and so does a model too small for the task
     os.makedirs(workdir, exist_ok=True)
     r = RunState(parts, workdir, log)
@@ -152,7 +177,7 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
             r.ref_params = r.state.params
             ckpt.save_checkpoint(refdir, 0, r.ref_params)
         tasks = iter(task_dataset(parts))
-        scheduler = _scheduler(parts, worker, r, tasks)
+        scheduler = _scheduler(parts, worker, r, tasks, schedule)
     r.attach(scheduler)
     while scheduler.steps < run.rl.steps:
         nxt = min((scheduler.steps // run.log_every + 1) * run.log_every, run.rl.steps)
@@ -191,6 +216,9 @@ def train(cfg, workdir: str, *, resume: bool = False, log: Callable[[str], None]
     if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
         scheduler.ex.close()
         summary["realtime"] = scheduler.ex.report()
+        write_schedule(workdir, files.config_record(run), scheduler.ex.delivered, scheduler.step_end_times)
+    if schedule is not None:
+        summary["replayed"] = os.path.abspath(replay)
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
         summary["engine"] = worker.engine_report()
         worker.pool.close()

@@ -21,6 +21,9 @@ _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
+_REPLAY = flags.DEFINE_string(
+    "replay", None, "Workdir of a finished scheduler.clock=real run (same flags): re-execute its schedule."
+)
 _COORD = flags.DEFINE_string("coordinator_address", None, "jax.distributed coordinator host:port.")
 _NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
 _PID = flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
@@ -48,11 +51,16 @@ def main(argv):
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
+    from agentjax.sampling.replay import ScheduleError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         summary = system.train(
-            _CONFIG.value, _WORKDIR.value, resume=_RESUME.value, log=lambda s: print(s, flush=True)
+            _CONFIG.value,
+            _WORKDIR.value,
+            resume=_RESUME.value,
+            replay=_REPLAY.value,
+            log=lambda s: print(s, flush=True),
         )
     except ConfigError as e:
         print(f"invalid config: {e}", file=sys.stderr)
@@ -63,6 +71,9 @@ def main(argv):
     except JournalError as e:  # a full disk while journaling: nothing committed was lost
         print(f"journal error: {e}", file=sys.stderr)
         return 3
+    except ScheduleError as e:
+        print(f"replay error: {e}", file=sys.stderr)
+        return 2
     if _CONFIG.value.get("report", True) and jax.process_index() == 0:
         path = report.write_report(_WORKDIR.value)
         print(f"report: {path}")

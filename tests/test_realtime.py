@@ -2,7 +2,8 @@
 
 Trained at smoke size through ``system.train``: the async mode keeps sampling while the learner
 trains (the sampler and learner threads are busy at the same time), the sync mode never does (its
-barrier), the version-gap bound holds on real events, and a real-time run refuses ``--resume``.
+barrier), the version-gap bound holds on real events, a real-time run refuses ``--resume``, and
+``--replay`` re-executes a real-time run bitwise.
 """
 
 import json
@@ -13,6 +14,7 @@ import pytest
 from agentjax import system
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
+from agentjax.sampling.replay import ScheduleError
 from tests.runs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -36,6 +38,44 @@ def test_async_real_time_overlaps_sampling_with_learning_within_the_gap_bound(tm
     assert len(trajs) >= 3 * 16 and all(t.num_action_tokens > 0 for t in trajs)
     # wall-clock seconds, not the virtual clock's: the step rows carry the real elapsed time
     assert 0 < rows[-1]["virtual_time"] <= rt["wall_s"] + 1e-6
+
+
+def _episodes(workdir):
+    """Each journaled episode's task, seed-defined tokens, log-probs and per-token versions."""
+    out = []
+    for t in Journal(os.path.join(workdir, "journal.bin")).read():
+        turns = [(u.action.tobytes(), u.logp.tobytes(), u.version.tobytes()) for u in t.turns]
+        out.append((t.submit_index, t.task_id, t.final_reward, turns))
+    return sorted(out, key=lambda e: e[0])
+
+
+def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
+    """launch.train --replay=W: the recorded delivery order of a real-time run re-executed gives
+    the same episodes (tokens, log-probs, per-token versions) and the same final parameters."""
+    # a short warm start passes some episodes and dynamic sampling (the default's) trains the
+    # mixed groups: the learner steps move the weights
+    kw = dict(
+        scheduler__mode="async",
+        admission__max_version_gap=1,
+        warm_start__steps=150,
+        warm_start__episodes=256,
+        scheduler__uniform_groups="drop",
+        scheduler__drop_budget=64,
+    )
+    first, rows = _train(tmp_path / "real", **kw)
+    assert any(r["batch/all_same_groups"] < r["batch/groups"] for r in rows)
+    assert os.path.exists(tmp_path / "real" / "schedule.json")
+    cfg = tiny_config("default", steps=3, scheduler__clock="real", **kw)
+    again = system.train(cfg, str(tmp_path / "replay"), replay=str(tmp_path / "real"), log=lambda s: None)
+    assert again["params_sha256"] == first["params_sha256"]
+    assert _episodes(tmp_path / "replay") == _episodes(tmp_path / "real")
+    versions = {r["step"]: r["version_gap_max"] for r in rows}
+    replayed = [json.loads(x) for x in open(tmp_path / "replay" / "metrics.jsonl") if "loss/total" in x]
+    assert {r["step"]: r["version_gap_max"] for r in replayed} == versions
+    # another config is refused before any work, naming what differs
+    other = tiny_config("default", steps=3, scheduler__clock="real", scheduler__mode="async")
+    with pytest.raises(ScheduleError, match=r"another config \(sections \['admission', 'scheduler', 'warm"):
+        system.train(other, str(tmp_path / "other"), replay=str(tmp_path / "real"), log=lambda s: None)
 
 
 def test_sync_real_time_never_overlaps_and_refuses_resume(tmp_path):

@@ -15,8 +15,10 @@ sampling while the learner trains; ``sync`` waits at its barrier, so its threads
 :meth:`report` measures it: busy seconds per thread and the seconds both were busy.
 
 A real-time run is not a pure function of its seed (which episode finishes first depends on the
-machine); the virtual clock (:class:`~agentjax.sampling.worker.BatchingExecutor`) is. Nor can its
-in-flight work be snapshotted: threads hold it.
+machine); the virtual clock (:class:`~agentjax.sampling.worker.BatchingExecutor`) is. But the
+order of its deliveries (:attr:`RealtimeExecutor.delivered`) fixes it, and
+:mod:`agentjax.sampling.replay` re-executes a run from that order. Its in-flight work cannot be
+snapshotted: threads hold it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class RealtimeExecutor:
         self.intervals: dict[str, list[tuple[float, float]]] = {"sampler": [], "learner": []}
         self.round_calls = 0
         self.rounds_run = 0
+        self.delivered: list[tuple[int, float]] = []  # (ticket, time) as next() returned them
         self._learner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="learner")
         self._sampler = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._sampler.start()
@@ -145,6 +148,7 @@ class RealtimeExecutor:
                 self._live.discard(ticket)
             if isinstance(result, Failure) and self._failures >= self.max_consecutive_failures:
                 raise result.error
+            self.delivered.append((ticket, self.now()))  # the schedule --replay re-executes
             return ticket, result
 
     def close(self) -> None:
