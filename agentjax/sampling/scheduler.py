@@ -1,7 +1,8 @@
 """One scheduler for every mode: ``sync``, ``async`` and ``windowed_fifo(window)``.
 
 (One module, over 300 lines: the three modes share one state machine of admission, commit,
-cancellation and the version-gap bound; its snapshot format lives in ``snapshot.py``.)
+cancellation, the version-gap bound and dynamic sampling's hooks (the group gate itself is
+``groups.py``); what its snapshot holds and how a run is rebuilt from one is ``snapshot.py``.)
 
 The scheduler drives rollout workers through :class:`~agentjax.sampling.queue.RolloutWorker`
 (one call per round of one rollout) and a learner through a pure ``learner(params, batch) ->
@@ -37,22 +38,11 @@ from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.groups import GroupGate, UniformGroups
 from agentjax.sampling.queue import RolloutWorker, RoundResult, SubmissionWindow, WorkItem, consumable
 from agentjax.sampling.runlog import Consumed, Record, RunLog, SchedulerConfig
+from agentjax.sampling.snapshot import SNAPSHOT_FIELDS  # noqa: F401 - the snapshot's named fields
 from agentjax.sampling.staleness import Admission, Event, Kind, Terminal
 from agentjax.trajectory import Trajectory
 
 __all__ = ["Consumed", "Record", "RunLog", "Scheduler", "SchedulerConfig", "run"]
-
-
-# The snapshot's fields (besides "executor", the clock and its in-flight results): the scheduler
-# attributes of the same name. "task" and "traj" hold only unresolved submissions and "batches"
-# only indices, weights and admissions: a snapshot does not grow with every trajectory trained
-# (the journal holds those).
-SNAPSHOT_FIELDS = (
-    "cfg", "scfg", "batch_size", "params", "st", "version", "steps", "records", "task", "traj", "state",
-    "running", "round_start", "paused", "completed", "window", "batch", "batches",
-    "learner_ticket", "step_end_times", "events", "round_open", "round_queue", "retry_queue",
-    "retry_of", "retry_states",
-)  # fmt: skip
 
 
 class LearnerResult(NamedTuple):
@@ -464,20 +454,7 @@ class Scheduler:
         """The run state as a versioned snapshot file (:mod:`agentjax.sampling.snapshot`; virtual
         clock only: real threads cannot be serialised). Trajectories already resolved (trained,
         rejected, ...) are left out: restore them from the journal (``trajectories``)."""
-        if not isinstance(self.ex, SimulatedExecutor):
-            raise TypeError("only a virtual-clock run (SimulatedExecutor) can be snapshotted")
-        executor = self.ex.snapshot_state()  # first: a batching executor runs deferred rounds
-        live = {i for i, rec in enumerate(self.records) if rec.terminal is None}
-        state = {name: getattr(self, name) for name in SNAPSHOT_FIELDS}
-        state.update(
-            task={i: t for i, t in self.task.items() if i in live},
-            traj={i: t for i, t in self.traj.items() if i in live},
-            window={"head": self.window.head, "resolved": sorted(self.window._resolved)},
-            batches=[[c._replace(trajectory=None) for c in b] for b in self.batches],
-            executor=executor,
-            gate=self.gate,
-        )
-        return snap.dumps(state)
+        return snap.dump_scheduler(self)
 
     @classmethod
     def restore(
@@ -503,28 +480,10 @@ class Scheduler:
         trajectories of the batches trained before the snapshot (else they are None in the log).
         Raises :class:`~agentjax.sampling.snapshot.SnapshotError` naming ``source`` when the
         snapshot is not readable (truncated, corrupted, another format or version)."""
-        state = snap.loads(blob, source=source, fields=(*SNAPSHOT_FIELDS, "executor"))
-        ex = SimulatedExecutor() if executor is None else executor
-        if state["executor"].get("kind") != type(ex).__name__:
-            raise snap.SnapshotError(
-                f"{source} was taken with a {state['executor'].get('kind')}; "
-                f"pass executor= of that kind (got {type(ex).__name__})"
-            )
-        ex.load_snapshot_state(state["executor"])
         obj = cls.__new__(cls)
-        for name in SNAPSHOT_FIELDS:
-            setattr(obj, name, state[name])
-        obj.ex = ex
-        obj.window = SubmissionWindow()
-        obj.window.head, obj.window._resolved = state["window"]["head"], state["window"]["resolved"]
-        obj.batch = [c._replace(trajectory=obj.traj.get(c.index, c.trajectory)) for c in obj.batch]
-        have = trajectories or {}
-        obj.batches = [[c._replace(trajectory=have.get(c.index)) for c in b] for b in obj.batches]
+        snap.load_scheduler(obj, blob, source=source, executor=executor, trajectories=trajectories)
         obj.tasks, obj.worker, obj.learner = iter(tasks), worker, learner
         obj.admission, obj.drift_fn, obj.retry = admission, drift_fn, retry
-        for k, v in (("retry_queue", []), ("retry_of", {}), ("retry_states", {})):  # older snapshots
-            obj.__dict__.setdefault(k, v)
-        obj.gate = state.get("gate")  # None: no dynamic sampling (or a snapshot from before it)
         if skip_drawn:  # a retried submission was not drawn from the source
             for _ in range(len(obj.records) - len(obj.retry_of)):
                 next(obj.tasks)
