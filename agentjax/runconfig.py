@@ -26,6 +26,7 @@ from agentjax.policy.config import ConfigError, ModelConfig, ValueHead
 from agentjax.runsections import CurriculumSection, FaultsSection, FingerprintSection, RubricSection
 from agentjax.sampling.context import ContextKind
 from agentjax.sampling.precision import SamplerPrecision
+from agentjax.sampling.queue import Clock
 from agentjax.sampling.rollout import Caps
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.staleness import StalenessConfig
@@ -260,12 +261,22 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     for f in ("steps", "group_size", "batch_size", "eval_every"):
         _positive(f"rl.{f}", getattr(rl, f))
     _positive("task.eval_tasks", t.eval_tasks)
-    if s.round_budget or s.caps != SchedulerConfig().caps or s.resume != SchedulerConfig().resume:
+    if s.caps != SchedulerConfig().caps:
         raise ConfigError(
-            f"scheduler.round_budget={s.round_budget}, scheduler.caps={s.caps}, scheduler.resume="
-            f"{s.resume!r}: the training loop's sampler worker runs whole episodes (no partial "
-            "rollout by round budget yet; the scheduler library supports it, tests/sampling) and "
-            "takes its caps from the caps section; leave them at 0, TaskCaps(), 'recompute'"
+            f"scheduler.caps={s.caps}: the training loop takes its per-task caps from the caps "
+            "section; leave scheduler.caps at TaskCaps()"
+        )
+    if s.round_budget and not s.engine_slots:
+        raise ConfigError(
+            f"scheduler.round_budget={s.round_budget} (partial rollout) needs the slot engine: set "
+            "scheduler.engine_slots > 0, or round_budget to 0 (whole episodes)"
+        )
+    every = int(d.get("checkpoint_every", 50))
+    if s.round_budget and s.clock == Clock.VIRTUAL and every:
+        raise ConfigError(
+            f"scheduler.round_budget={s.round_budget} with scheduler.clock='virtual' needs "
+            f"checkpoint_every=0 (is {every}): a paused episode (its environment "
+            "and KV cache) is not written into the scheduler snapshot"
         )
     for f in ("max_drift", "objective_drift"):
         if getattr(parts["admission"], f) is not None:

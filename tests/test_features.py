@@ -162,3 +162,33 @@ def test_dynamic_sampling_drops_uniform_groups_from_the_training_batches(tmp_pat
         by_task[t.task_id].add(t.final_reward)
     uniform = [k for k, v in by_task.items() if len(v) == 1]
     assert len(uniform) * 4 >= dropped  # the journal holds the dropped groups, whole
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("clock", "resume"), [("virtual", "recompute"), ("real", "keep")])
+def test_partial_rollout_pauses_episodes_and_resumes_them_under_newer_weights(tmp_path, clock, resume):
+    """scheduler.round_budget on the slot engine, in the training loop: episodes pause after 2
+    action tokens a round, resume under the weights of a later version (keep or recompute) and
+    are trained with every token's own behaviour version; the learner's ratio machinery sees
+    the pause (a trained episode spans versions)."""
+    cfg = _config(
+        "default",
+        steps=4,
+        scheduler__clock=clock,
+        scheduler__mode="async",
+        scheduler__engine_slots=8,
+        scheduler__round_budget=2,
+        scheduler__resume=resume,
+        admission__max_version_gap=3,
+    )
+    summary, rows = _train(cfg, tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    trajs = Journal(os.path.join(tmp_path, "journal.bin")).read()
+    finished = [t for t in trajs if t.stop_reason != "round_budget_paused"]
+    assert finished and all(t.num_action_tokens > 0 for t in finished)
+    assert any(u.pauses for t in finished for u in t.turns)  # cut by the round budget
+    assert any(len(set(t.versions.tolist())) > 1 for t in finished)  # resumed under a newer version
+    if resume == "recompute":
+        assert any(u.recomputed for t in finished for u in t.turns)
+    assert max(r["version_gap_max"] for r in rows) <= 3
+    assert summary["engine"]["paused"] > 0

@@ -236,3 +236,22 @@ def test_a_context_too_small_for_any_episode_is_rejected_before_work():
     ):
         system.build(parse(c))
     assert system.build(parse(smoke.get_config())).model.max_seq_len == 96
+
+
+def test_partial_rollout_needs_the_slot_engine_and_no_virtual_checkpoints():
+    c = default.get_config()
+    c.scheduler.update(round_budget=4, engine_slots=0)
+    with pytest.raises(
+        ConfigError, match=r"scheduler.round_budget=4 \(partial rollout\) needs the slot engine"
+    ):
+        parse(c)
+    c.scheduler.update(engine_slots=8, clock="virtual")
+    with pytest.raises(ConfigError, match=r"needs checkpoint_every=0 \(is 20\)"):
+        parse(c)
+    c.checkpoint_every = 0
+    assert parse(c).scheduler.round_budget == 4
+    c.checkpoint_every, c.scheduler.clock = 20, "real"
+    assert parse(c).scheduler.round_budget == 4
+    c.scheduler.caps = dict(max_tokens=3)
+    with pytest.raises(ConfigError, match=r"takes its per-task caps from the caps"):
+        parse(c)

@@ -17,45 +17,103 @@ ends frees its slot at once.
 Sampling keys are those of :class:`Rollout` (``fold_in(fold_in(rng, seed), turn)`` per episode,
 position folded in by the sampler), so in exact mode an episode's trajectory is bitwise the one
 ``Rollout`` records for it, whatever the slot, slot-mates, chunking, evictions or the order the
-environments answered in. Scope: whole episodes under one policy version (no round budget).
+environments answered in.
+
+Partial rollout (``run(..., round_budget=N)``): an episode that has generated ``N`` action tokens in
+this call pauses (``round_budget_paused``) when it next needs to decode. It gives up its slot and
+comes back as a :class:`Paused` episode: its host row and stream, and under ``keep`` its slot's
+row (KV cache built by the old weights; the next call's weights forward its pending token, so
+those tokens are mixed-version). Under ``recompute`` the next call re-prefills its whole stream
+(context and the action so far) with the weights then current, recorded as ``Turn.recomputed``.
+Every token keeps the version that produced it. With unchanged weights a paused and resumed
+episode is bitwise the one that never paused (``tests/sampling/test_engine_rollout.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from agentjax.sampling.context import keep_all
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.envpool import EnvPool
-from agentjax.sampling.rollout import Rollout, _row_keys, env_call
+from agentjax.sampling.queue import ResumeMode
+from agentjax.sampling.rollout import EpisodeSpec, Rollout, _Row, _row_keys, env_call
 from agentjax.sampling.sampler import Status
-from agentjax.trajectory import StopReason, Trajectory
+from agentjax.trajectory import StopReason, Trajectory, Turn
+
+
+@dataclasses.dataclass
+class Paused:
+    """An episode paused by the round budget: what the next ``run`` resumes it from."""
+
+    row: _Row  # host state: environment, turns so far, the current action's tokens
+    stream: np.ndarray  # every token the model has seen
+    routes: np.ndarray | None  # MoE experts of ``stream`` (None: dense)
+    slot_row: Any = None  # ``keep``: the slot's one-row state (KV cache); ``recompute``: None
 
 
 class EngineRollout(Rollout):
-    """Episodes run to their end on ``engine`` slots, environments stepped on a pool."""
+    """Episodes run on ``engine`` slots, environments stepped on a pool."""
 
     def __init__(
-        self, engine: Engine, codec, caps, specs, *, context=keep_all, evict_after: float | None = 0.0
+        self,
+        engine: Engine,
+        codec,
+        caps,
+        episodes: list[EpisodeSpec | Paused],
+        *,
+        context=keep_all,
+        evict_after: float | None = 0.0,
     ):
-        """``evict_after``: when episodes wait for a slot and none is free, evict an episode that
-        has waited at least this many seconds on its environment (None: never evict)."""
+        """``episodes``: new episodes, or paused ones to resume. ``evict_after``: when episodes
+        wait for a slot and none is free, evict an episode that has waited at least this many
+        seconds on its environment (None: never evict)."""
+        specs = [p.row.spec if isinstance(p, Paused) else p for p in episodes]
         super().__init__(engine.sampler, codec, caps, specs, context=context)
         self.engine, self.evict_after = engine, evict_after
+        self._resumed = {i: p for i, p in enumerate(episodes) if isinstance(p, Paused)}
+        for i, p in self._resumed.items():
+            self.rows[i] = p.row
+        self.paused: dict[int, Paused] = {}  # row -> its state, for rows this run paused
         self.metrics: dict[str, float] = {}
 
-    def run(self, params, version: int, rng, pool: EnvPool) -> list[Trajectory]:
-        """Runs every episode to its end; returns the trajectories in episode order."""
+    def run(
+        self,
+        params,
+        version: int,
+        rng,
+        pool: EnvPool,
+        *,
+        round_budget: int | None = None,
+        resume: ResumeMode | str = ResumeMode.RECOMPUTE,
+    ) -> list[Trajectory]:
+        """Runs every episode to its end, or until it spends ``round_budget`` action tokens in this
+        call (then it pauses: :attr:`paused`); returns the trajectories in episode order (a
+        paused one holds its turns so far, the unfinished action last)."""
         e, n_slots, l = self.engine, self.engine.slots, self.engine.max_len
+        keep = ResumeMode.parse("resume", resume) == ResumeMode.KEEP
         self.state = e.init()
         owner = [-1] * n_slots  # slot -> row
         self._slot: dict[int, int] = {}  # row -> slot (absent: evicted, waiting or not admitted)
         self._stream: dict[int, np.ndarray] = {}  # row -> every token the model has seen
         self._routes: dict[int, np.ndarray | None] = {}
-        new, back = deque(range(len(self.rows))), deque()  # to admit; returned evicted rows
+        new = deque(i for i in range(len(self.rows)) if i not in self._resumed)  # to admit
+        back = deque()  # rows whose whole stream is prefilled when they get a slot
+        kept: dict[int, Any] = {}  # resumed rows under keep: their slot row
+        for i, p in self._resumed.items():
+            self._stream[i], self._routes[i] = p.stream, p.routes
+            if keep and p.slot_row is not None:
+                kept[i] = p.slot_row
+            else:  # recompute: the context and the action so far, under the weights of this call
+                self.rows[i].evicted = True
+            back.append(i)
+        spent = dict.fromkeys(range(len(self.rows)), 0)  # action tokens this call
+        budget = np.inf if not round_budget else round_budget
         waiting: dict[int, float] = {}  # row -> when its environment step was submitted
         m = dict.fromkeys(
             (
@@ -72,6 +130,12 @@ class EngineRollout(Rollout):
         )
         t_start = time.perf_counter()
         while new or back or waiting or any(o >= 0 for o in owner):
+            for s in range(n_slots):  # a row that spent its round budget pauses, freeing its slot
+                o = owner[s]
+                if o >= 0 and o not in waiting and not self.rows[o].done and spent[o] >= budget:
+                    self._pause(o, e.take(self.state, s) if keep else None)
+                    self._slot.pop(o)
+                    owner[s] = -1
             can_admit = (new or back) and (-1 in owner or self._evictable(waiting))
             blocking = not any(o >= 0 and o not in waiting for o in owner) and not can_admit
             t0 = time.perf_counter()
@@ -101,7 +165,13 @@ class EngineRollout(Rollout):
                     i = back.popleft() if back else self._admit(new.popleft())
                     if i is None:
                         continue
-                    self.state = e.insert(e.prefill(params, self._stream[i], version=version), self.state, s)
+                    if spent[i] >= budget:  # back from its environment with its budget spent
+                        self._pause(i, kept.pop(i, None))
+                        continue
+                    row = kept.pop(i, None)
+                    if row is None:
+                        row = e.prefill(params, self._stream[i], version=version)
+                    self.state = e.insert(row, self.state, s)
                     owner[s], self._slot[i] = i, s
             m["prefill_s"] += time.perf_counter() - t1
             active = [o >= 0 and o not in waiting and not self.rows[o].done for o in owner]
@@ -113,7 +183,8 @@ class EngineRollout(Rollout):
                 if active[s]:
                     r = self.rows[o]
                     room = l - self._stream[o].size
-                    remaining[s] = max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room), 0)
+                    left = min(self.caps.max_action_tokens - len(r.gen["tok"]), room, budget - spent[o])
+                    remaining[s] = max(left, 0)
                     seeds[s], turns[s] = r.spec.seed, len(r.turns)
             t1 = time.perf_counter()
             self.state, span = e.generate(
@@ -131,6 +202,7 @@ class EngineRollout(Rollout):
                 if not active[s] or recs[s].tokens.size == 0:
                     continue
                 self._record(o, recs[s], dt * recs[s].tokens.size / max(n_tok, 1))
+                spent[o] += recs[s].tokens.size
                 r = self.rows[o]
                 turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
                 if recs[s].status == Status.FULL:
@@ -147,12 +219,44 @@ class EngineRollout(Rollout):
         m["slot_held_waiting"] = m["held_slot_chunks"] / max(m["chunks"] * n_slots, 1)
         m["tokens_per_s"] = m["tokens"] / max(wall, 1e-9)
         m["trajectories_per_s"] = len(self.rows) / max(wall, 1e-9)
+        m["paused"] = len(self.paused)
         self.metrics = m
-        for r in self.rows:
-            r.result = self._trajectory(r)
+        for i, r in enumerate(self.rows):
+            r.result = self._paused_trajectory(i) if i in self.paused else self._trajectory(r)
         return [r.result for r in self.rows]
 
     # -- internals ---------------------------------------------------------------------------
+    def _pause(self, i: int, slot_row) -> None:
+        """Row ``i`` spent its round budget: it stops here, resumable."""
+        r = self.rows[i]
+        if r.gen["tok"]:
+            r.pauses.append(len(r.gen["tok"]))
+        r.stop = StopReason.ROUND_BUDGET_PAUSED
+        self.paused[i] = Paused(r, self._stream[i], self._routes.get(i), slot_row)
+
+    def _paused_trajectory(self, i: int) -> Trajectory:
+        """The record so far: the finished turns and the unfinished action (no observation)."""
+        r = self.rows[i]
+        t = self._trajectory(r)
+        if r.gen["tok"]:
+            a = np.asarray(r.gen["tok"], np.int32)
+            t.turns = [
+                *r.turns,
+                Turn(
+                    context=r.context,
+                    action=a,
+                    logp=np.asarray(r.gen["lp"], np.float32),
+                    logp_raw=np.asarray(r.gen["raw"], np.float32),
+                    version=np.asarray(r.gen["ver"], np.int32),
+                    observation=np.zeros(0, np.int32),
+                    routes=self._routes_of(i, r.context.size + a.size),
+                    pauses=tuple(r.pauses),
+                    recomputed=r.evicted,
+                ),
+            ]
+        t.final_reward, t.label = 0.0, None
+        return t
+
     def _evictable(self, waiting: dict[int, float]) -> list[int]:
         """Episodes holding a slot while their environment runs, evictable by ``evict_after``."""
         if self.evict_after is None:

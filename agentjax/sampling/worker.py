@@ -81,44 +81,54 @@ class SamplerWorker:
         return self.run_rounds([item])[0]
 
     def run_rounds(self, items: Sequence[WorkItem]) -> list[RoundResult]:
-        if any(it.state is not None or it.round_budget is not None for it in items):
-            raise NotImplementedError("SamplerWorker runs whole episodes (round_budget=None)")
+        """Runs the rounds, one batched call per policy version. A round budget (partial
+        rollout) needs the slot engine: a paused round's ``state`` is the engine's
+        :class:`~agentjax.sampling.engine_rollout.Paused` episode, which the next round resumes."""
+        partial = [it for it in items if it.state is not None or it.round_budget is not None]
+        if partial and self.engine is None:
+            raise NotImplementedError("partial rollout (a round budget) needs the slot engine")
         out: list[RoundResult | None] = [None] * len(items)
-        by_version: dict[int, list[int]] = defaultdict(list)
+        by_version: dict[tuple, list[int]] = defaultdict(list)
         for i, it in enumerate(items):
-            by_version[it.version].append(i)
-        for version, idx in sorted(by_version.items()):
-            specs = [
-                EpisodeSpec(
-                    self.make_env(),
-                    items[i].task.task,
-                    items[i].task.seed,
-                    items[i].task.task_id,
-                    items[i].task.task_class,
-                )
-                for i in idx
-            ]
+            by_version[(it.version, it.round_budget or 0, it.resume)].append(i)
+        before = {i: _progress(it.state) for i, it in enumerate(items)}
+        for (version, budget, resume), idx in sorted(by_version.items()):
+            episodes = [items[i].state or self._spec(items[i]) for i in idx]
             kw = {} if self.context is None else {"context": self.context}
             params, behaviour = self.params[version]
             if self.engine is not None:
-                ro = EngineRollout(self.engine, self.codec, self.caps, specs, **kw)
-                ro.run(params, behaviour, self.rng, self.pool)
+                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **kw)
+                ro.run(params, behaviour, self.rng, self.pool, round_budget=budget, resume=resume)
                 for k, v in ro.metrics.items():
                     if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s", "trajectories_per_s"):
                         self.engine_totals[k] = self.engine_totals.get(k, 0.0) + v
             else:
-                ro = Rollout(self.sampler, self.codec, self.caps, specs, pad_to=bucket(len(specs)), **kw)
+                ro = Rollout(self.sampler, self.codec, self.caps, episodes, pad_to=bucket(len(idx)), **kw)
                 ro.start(params, behaviour)
                 ro.advance(params, behaviour, self.rng)
-            for i, row in zip(idx, ro.rows, strict=True):
+            for j, (i, row) in enumerate(zip(idx, ro.rows, strict=True)):
                 t = row.result
-                gen = t.num_action_tokens * self.gen_seconds_per_token
-                env = float(t.timings.get("env", 0.0))
+                tok0, env0 = before[i]  # a resumed round's duration counts this round only
+                gen = (t.num_action_tokens - tok0) * self.gen_seconds_per_token
+                env = float(t.timings.get("env", 0.0)) - env0
                 t.timings["generation_virtual"] = gen
+                state = getattr(ro, "paused", {}).get(j)
                 out[i] = RoundResult(
-                    state=None, trajectory=t, duration=gen + env, generation_time=gen, env_time=env
+                    state=state, trajectory=t, duration=gen + env, generation_time=gen, env_time=env
                 )
         return out  # type: ignore[return-value]
+
+    def _spec(self, item: WorkItem) -> EpisodeSpec:
+        t = item.task
+        return EpisodeSpec(self.make_env(), t.task, t.seed, t.task_id, t.task_class)
+
+
+def _progress(paused) -> tuple[int, float]:
+    """Action tokens and environment seconds a paused episode had spent (0s: a new one)."""
+    if paused is None:
+        return 0, 0.0
+    r = paused.row
+    return sum(t.action.size for t in r.turns) + len(r.gen["tok"]), float(r.timings["env"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,3 +117,80 @@ def test_moe_routes_recorded_per_slot_equal_rollout():
         for x, y in zip(a.turns, b.turns, strict=True):
             assert x.routes is not None and x.routes.shape[0] == x.context.size + x.action.size
             np.testing.assert_array_equal(x.routes, y.routes)
+
+
+def _in_rounds(params, episodes, budget, resume, *, slots, versions, ctx=None):
+    """Runs ``episodes`` in rounds of ``budget`` action tokens (round k under ``versions[k]``,
+    the same weights), resuming the paused ones each round; the final trajectories in order."""
+    kw = {} if ctx is None else {"context": ctx}
+    done, rounds = {}, 0
+    todo = dict(enumerate(episodes))
+    with EnvPool(2) as pool:
+        while todo:
+            keys = sorted(todo)
+            r = EngineRollout(
+                Engine(SAMPLER, slots=slots, chunk=3), Codec(TOK), CAPS, [todo[k] for k in keys], **kw
+            )
+            got = r.run(
+                params,
+                versions[min(rounds, len(versions) - 1)],
+                jax.random.key(7),
+                pool,
+                round_budget=budget,
+                resume=resume,
+            )
+            assert r.metrics["paused"] == len(r.paused)
+            todo = {}
+            for j, (k, t) in enumerate(zip(keys, got, strict=True)):
+                if j in r.paused:
+                    assert t.stop_reason == "round_budget_paused" and t.final_reward == 0.0
+                    assert sum(u.action.size for u in t.turns) > 0 or t.turns == []
+                    todo[k] = r.paused[j]
+                else:
+                    done[k] = t
+            rounds += 1
+            assert rounds < 40
+    return [done[k] for k in sorted(done)], rounds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("budget", "resume", "slots", "ctx"),
+    [(1, "keep", 2, None), (3, "recompute", 5, None), (2, "recompute", 3, "drop"), (5, "keep", 3, "drop")],
+)
+def test_partial_rollout_on_the_engine_equals_the_unpaused_episode(params, budget, resume, slots, ctx):
+    """Partial rollout on the slot engine: episodes paused every ``budget`` action tokens and
+    resumed (KV kept, or their stream re-prefilled) under the same weights are bitwise the
+    episodes that never paused, with a rewritten context too (where Rollout's rebuild once lost
+    the paused action); the pauses and recomputes are recorded on the turns."""
+    from agentjax.sampling.context import drop_oldest_observations
+
+    policy = drop_oldest_observations(0) if ctx else None
+    kw = {} if policy is None else {"context": policy}
+    ref = Rollout(SAMPLER, Codec(TOK), CAPS, _specs(5), **kw)
+    ref.start(params, 3)
+    want = sorted(ref.advance(params, 3, jax.random.key(7)), key=lambda t: t.task_id)
+    got, rounds = _in_rounds(params, _specs(5), budget, resume, slots=slots, versions=[3], ctx=policy)
+    assert rounds > 1
+    for a, b in zip(got, want, strict=True):
+        _same(a, b)
+    turns = [u for t in got for u in t.turns]
+    assert any(u.pauses for u in turns)
+    if resume == "recompute":  # (under keep, evictions re-prefill too)
+        assert any(u.recomputed for u in turns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume", ["keep", "recompute"])
+def test_partial_rollout_records_each_tokens_version_across_rounds(params, resume):
+    """Rounds under versions 0, 1, 2, ...: every token carries the version of its round, an
+    action cut by a pause spans versions, and the round budget bounds each round's tokens."""
+    got, rounds = _in_rounds(params, _specs(4), 2, resume, slots=4, versions=list(range(40)))
+    assert rounds > 2
+    spans = [np.unique(u.version).size for t in got for u in t.turns]
+    assert max(spans) > 1  # a paused action resumed under the next version
+    for t in got:
+        v = t.versions
+        assert np.all(np.diff(v) >= 0)  # versions only move forward along an episode
+        counts = np.bincount(v)
+        assert counts.max() <= 2  # at most the round budget per round
