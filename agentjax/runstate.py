@@ -150,6 +150,7 @@ class RunState:
         self.sampler_params = None
         self.rows: list[dict] = []
         self.wall0 = time.perf_counter()
+        self.index_base = 0  # submissions before a real-time resume (journal submit indices)
         self._journaled: set[int] = set()
         self.curriculum, self.curriculum_state = loopparts.make_curriculum(run.curriculum), None
         self.journal_count = 0  # records in the journal (the checkpoint's "journaled")
@@ -266,6 +267,8 @@ class RunState:
         """Appends every newly completed trajectory to the crash-safe journal."""
         done = [t for i, t in self.scheduler.finished_trajectories() if i not in self._journaled]
         self._journaled.update(t.submit_index for t in done)
+        if self.index_base:  # a resumed real-time run's scheduler counts from 0 again
+            done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
         self.journal.append(done)
         self.journal_count += len(done)
 

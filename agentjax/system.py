@@ -12,8 +12,9 @@ tool latency and generation cost, :class:`BatchingExecutor`), so a run is a pure
 config and seed; it checkpoints (orbax train state + scheduler snapshot) and ``resume=True``
 continues exactly where the last checkpoint left off. With ``'real'`` the sampler and the learner
 run on their own threads in wall-clock time (:class:`RealtimeExecutor`: overlapped in the async
-modes); its checkpoints hold the train state but no scheduler snapshot (threads hold the work in
-flight), so such a run cannot be resumed. The run's parts and
+modes); threads hold its work in flight, so its checkpoints store a redo record instead of a
+snapshot, and ``resume=True`` continues from the checkpoint, sampling the unresolved tasks again
+(:mod:`agentjax.workdir`). The run's parts and
 mutable state live in :mod:`agentjax.runstate`, its files and the resume reconciliation in
 :mod:`agentjax.workdir`; this module only composes them.
 """
@@ -46,6 +47,7 @@ from agentjax.runstate import (
     summarise_run,
     task_dataset,
 )
+from agentjax.sampling import snapshot
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.replay import ReplayExecutor, read_schedule, write_schedule
@@ -130,15 +132,13 @@ def train(
     refdir = os.path.join(workdir, "reference")
     params0 = _initial_params(parts, r.placement)
     worker = r.worker
-    last_eval = None
+    last_eval = resumed_at = None
     if resume:
+        fresh = None  # real time: a fresh scheduler that samples the checkpoint's redo record first
         if run.scheduler.clock == Clock.REAL:
-            raise runconfig.ConfigError(
-                "--resume needs scheduler.clock='virtual': a real-time run's in-flight rollouts "
-                "live on threads and are not snapshotted (its checkpoints hold the train state "
-                "for evaluation and export)"
-            )
-        header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir)
+            fresh = lambda t: _scheduler(parts, worker, r, t)  # noqa: E731
+        header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir, fresh)
+        resumed_at = scheduler.steps
         if run.loss.kl_coef:
             r.ref_params = ckpt.restore_checkpoint(refdir, params0, step=0).state
         done = os.path.join(workdir, "summary.json")
@@ -196,8 +196,11 @@ def train(
         log(progress_line(rows, scheduler, r, last_eval))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
-            if run.scheduler.clock == Clock.VIRTUAL:  # real time: threads hold the work in flight
-                files.atomic_write(durable.snapshot_path(ckdir, step), scheduler.snapshot())
+            if run.scheduler.clock == Clock.VIRTUAL:
+                blob = scheduler.snapshot()
+            else:  # real time: threads hold the work in flight; --resume samples it again
+                blob = snapshot.dumps(files.redo_record(scheduler, tasks, r.index_base))
+            files.atomic_write(durable.snapshot_path(ckdir, step), blob)
             ckpt.save_checkpoint(
                 ckdir,
                 step,
@@ -216,7 +219,9 @@ def train(
     if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
         scheduler.ex.close()
         summary["realtime"] = scheduler.ex.report()
-        write_schedule(workdir, files.config_record(run), scheduler.ex.delivered, scheduler.step_end_times)
+        write_schedule(
+            workdir, files.config_record(run), scheduler.ex.delivered, scheduler.step_end_times, resumed_at
+        )
     if schedule is not None:
         summary["replayed"] = os.path.abspath(replay)
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events

@@ -1,5 +1,12 @@
 """A run's files in its workdir: metrics rows, atomic writes, the stored config, and the resume
-that reconciles checkpoint, scheduler snapshot, metrics and journal before changing anything."""
+that reconciles checkpoint, scheduler snapshot, metrics and journal before changing anything.
+
+A virtual-clock run resumes exactly from its scheduler snapshot. A real-time run cannot (threads
+hold its work in flight): its checkpoints store a *redo record* instead (:func:`redo_record`: the
+tasks drawn but not resolved, as whole GRPO groups under dynamic sampling, and how many
+submissions there were), and ``--resume`` continues from the checkpoint with a fresh scheduler
+that samples those tasks again first (:class:`Redo`), then the task stream from its checkpointed
+position. Nothing drawn is lost; the episodes that were in flight are sampled anew."""
 
 from __future__ import annotations
 
@@ -50,9 +57,50 @@ def snapshot_intact(path: str) -> bool:
         return False
 
 
-def resume_run(r: RunState, params0, ckdir: str):
+class Redo:
+    """A task source: the ``pending`` tasks first, then ``rest``'s (whose state checkpoints)."""
+
+    def __init__(self, rest, pending):
+        self.rest, self.pending = rest, list(pending)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.pending.pop(0) if self.pending else next(self.rest)
+
+    def get_state(self):
+        return self.rest.get_state()
+
+
+def redo_record(scheduler: Scheduler, tasks, base: int) -> dict:
+    """A real-time checkpoint's resume record: the tasks to sample again (drawn, unresolved;
+    under dynamic sampling every original member of a group with an unresolved member, since
+    its gate decides on whole groups) and the submissions so far (``base``: before a resume)."""
+    recs = scheduler.records
+    if scheduler.gate is None:
+        redo = [scheduler.task[i] for i, rec in enumerate(recs) if rec.terminal is None]
+    else:
+        open_groups = {rec.task_id for rec in recs if rec.terminal is None}
+        redo = [
+            scheduler.task[i]
+            for i, rec in enumerate(recs)
+            if rec.task_id in open_groups and i not in scheduler.retry_of
+        ]
+    return {
+        "kind": "realtime",
+        "redo": redo + list(getattr(tasks, "pending", [])),
+        "submitted": base + len(recs),
+    }
+
+
+def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     """Restores the newest checkpoint after checking that everything agrees (see
-    :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it."""
+    :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it.
+
+    ``fresh_scheduler(tasks)`` (a real-time run): builds the scheduler that continues, instead of
+    restoring the snapshot; it starts at the checkpoint's version and samples the checkpoint's
+    redo record first. Returns the header, the scheduler, the task source and the last eval."""
     run, log = r.parts.run, r.log
     steps = ckpt.all_steps(ckdir)
     if not steps:
@@ -67,16 +115,26 @@ def resume_run(r: RunState, params0, ckdir: str):
     try:
         with open(path, "rb") as f:
             blob = f.read()
-        scheduler = Scheduler.restore(
-            blob,
-            tasks,
-            r.worker,
-            r.learner,
-            skip_drawn=False,
-            executor=BatchingExecutor(),
-            source=path,
-            retry=loopparts.retry_policy(run),
-        )
+        if fresh_scheduler is None:
+            scheduler = Scheduler.restore(
+                blob,
+                tasks,
+                r.worker,
+                r.learner,
+                skip_drawn=False,
+                executor=BatchingExecutor(),
+                source=path,
+                retry=loopparts.retry_policy(run),
+            )
+        else:
+            rec = snapshot.loads(blob, source=path, fields=("kind", "redo", "submitted"))
+            if rec["kind"] != "realtime":
+                raise snapshot.SnapshotError(f"{path} is a virtual-clock snapshot, not a redo record")
+            tasks = Redo(tasks, rec["redo"])
+            scheduler = fresh_scheduler(tasks)
+            # the learner's version so far (the loop's learner callback returns version numbers)
+            scheduler.version = scheduler.steps = scheduler.params = step
+            r.index_base = rec["submitted"]
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None

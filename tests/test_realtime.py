@@ -2,12 +2,18 @@
 
 Trained at smoke size through ``system.train``: the async mode keeps sampling while the learner
 trains (the sampler and learner threads are busy at the same time), the sync mode never does (its
-barrier), the version-gap bound holds on real events, a real-time run refuses ``--resume``, and
-``--replay`` re-executes a real-time run bitwise.
+barrier), the version-gap bound holds on real events, a killed real-time run resumes from its
+checkpoint (sampling its in-flight tasks again), and ``--replay`` re-executes a real-time run
+bitwise.
 """
 
+import collections
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -78,14 +84,68 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
         system.train(other, str(tmp_path / "other"), replay=str(tmp_path / "real"), log=lambda s: None)
 
 
-def test_sync_real_time_never_overlaps_and_refuses_resume(tmp_path):
+def test_sync_real_time_never_overlaps(tmp_path):
     summary, rows = _train(tmp_path, scheduler__mode="sync")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert summary["realtime"]["overlap_s"] == 0.0  # the barrier: sample, then learn
     assert all(r["version_gap_max"] == 0 for r in rows)
-    cfg = tiny_config("default", steps=3, scheduler__clock="real", scheduler__mode="sync")
-    with pytest.raises(ConfigError, match="--resume needs scheduler.clock='virtual'"):
-        system.train(cfg, str(tmp_path), resume=True, log=lambda s: None)
+
+
+def test_sigkill_then_resume_continues_a_real_time_run_on_the_slot_engine(tmp_path):
+    """The default's clock and engine: killed after a checkpoint, ``--resume`` continues from
+    it. The tasks in flight at the checkpoint (its redo record, whole groups) are sampled again
+    first, every step after it trains once, and the journal's submission indices go on from the
+    checkpoint's count (no index reused). A resumed run's schedule cannot be replayed."""
+    from agentjax.learner import checkpoint as ckpt
+    from agentjax.learner import resume as durable
+    from agentjax.sampling import snapshot
+    from tests.runs import ROOT, cli_env, run_module, tail
+
+    wd = str(tmp_path / "run")
+    flags = [
+        "--config=configs/smoke.py",
+        f"--workdir={wd}",
+        "--config.report=False",
+        "--config.scheduler.clock=real",
+        "--config.scheduler.engine_slots=8",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.train", *flags],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ckdir = os.path.join(wd, "checkpoints")
+    deadline = time.time() + 900
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(ckdir) and (ckpt.latest_step(ckdir) or 0) >= 4:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = ckpt.latest_step(ckdir)
+    assert killed_at is not None and killed_at < 12
+    with open(durable.snapshot_path(ckdir, killed_at), "rb") as f:
+        record = snapshot.loads(f.read(), fields=("kind", "redo", "submitted"))
+    assert record["kind"] == "realtime" and record["submitted"] > 0
+    ids = collections.Counter(t.task_id for t in record["redo"])
+    assert all(n % 4 == 0 for n in ids.values()), ids  # whole groups of rl.group_size=4
+    out = run_module("launch.train", *flags, "--resume")
+    assert out.returncode == 0, tail(out)
+    assert f"resumed from step {killed_at}" in out.stdout
+    assert "engine " in out.stdout and " tok/s occ " in out.stdout  # the engine's progress figures
+    rows = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl")) if "loss/total" in x]
+    assert [r["step"] for r in rows] == list(range(1, 13))  # each step once, none lost or repeated
+    trajs = Journal(os.path.join(wd, "journal.bin")).read()
+    index = [t.submit_index for t in trajs]
+    assert len(set(index)) == len(index) and max(index) >= record["submitted"]  # none reused
+    again = {t.task_id for t in trajs if t.submit_index >= record["submitted"]}
+    assert ids and set(ids) <= again  # the tasks in flight at the checkpoint were sampled again
+    cfg = tiny_config("default", scheduler__clock="real")
+    with pytest.raises(ScheduleError, match=f"resumed at step {killed_at}"):
+        system.train(cfg, str(tmp_path / "again"), replay=wd, log=lambda s: None)
 
 
 def test_unknown_clock_is_named():

@@ -37,10 +37,16 @@ class ScheduleError(ValueError):
 
 
 def write_schedule(
-    workdir: str, config: dict, delivered: Sequence[tuple[int, float]], published: Sequence[float]
+    workdir: str,
+    config: dict,
+    delivered: Sequence[tuple[int, float]],
+    published: Sequence[float],
+    resumed_at: int | None = None,
 ) -> str:
     """``delivered``: (ticket, seconds) in delivery order; ``published``: the second at which each
-    weight version v = 1, 2, ... reached the scheduler (for reading; replay needs the order)."""
+    weight version v = 1, 2, ... reached the scheduler (for reading; replay needs the order).
+    ``resumed_at``: the checkpoint step a resumed run continued from (its schedule covers only
+    what ran after it, so it cannot be replayed)."""
     path = os.path.join(workdir, FILE)
     body = {
         "format": FORMAT,
@@ -48,6 +54,7 @@ def write_schedule(
         "config": config,
         "delivered": [list(d) for d in delivered],
         "published": list(published),
+        "resumed_at": resumed_at,
     }
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -68,6 +75,11 @@ def read_schedule(workdir: str, config: dict) -> list[tuple[int, float]]:
         ) from None
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise ScheduleError(f"--replay: {path} is not a version-{VERSION} {FORMAT} file")
+    if body.get("resumed_at") is not None:
+        raise ScheduleError(
+            f"--replay: {path} records a run resumed at step {body['resumed_at']} (--resume); "
+            "only a run that went from start to end without a resume can be replayed"
+        )
     if body["config"] != config:
         diff = sorted(k for k in set(body["config"]) | set(config) if body["config"].get(k) != config.get(k))
         raise ScheduleError(
