@@ -12,6 +12,8 @@ on the :class:`~agentjax.sampling.sampler.Sampler`'s own jitted prefill (``exten
     recs = engine.records(state, span)                           # per slot: tokens, logp, versions..
     row = engine.take(state, slot)                               # a waiting slot's row, KV cache too
     row = engine.prefill(params, observation, version=v, row=row)  # append + prefill (cache kept)
+    state = engine.extend(params, engine.clear(state, [s1]), {s0: obs, s1: prompt}, version=v)
+                                                                 # many slots' prefills, one call
 
 A slot's row is a one-row :class:`~agentjax.sampling.sampler.SamplerState`: its token buffer, KV
 cache, per-token log-probs, policy ``version``, ``kv_version`` and (MoE) routes. ``generate``
@@ -60,6 +62,16 @@ def _insert(row: SamplerState, state: SamplerState, slot) -> SamplerState:
     return jax.tree_util.tree_map_with_path(
         lambda p, big, small: jax.lax.dynamic_update_slice_in_dim(big, small, slot, _axis(p)), state, row
     )
+
+
+@jax.jit
+def _clear(state: SamplerState, blank: SamplerState, mask) -> SamplerState:
+    def f(path, x, b):
+        shape = [1] * x.ndim
+        shape[_axis(path)] = mask.size
+        return jnp.where(mask.reshape(shape), b, x)
+
+    return jax.tree_util.tree_map_with_path(f, state, blank)
 
 
 class Record(NamedTuple):
@@ -119,6 +131,34 @@ class Engine:
         row = self.sampler.init(1) if row is None else row
         return self.sampler.extend(params, row, arr, np.array([n], np.int32), version=version)
 
+    def clear(self, state: SamplerState, slots) -> SamplerState:
+        """Empties ``slots`` (their rows as ``init`` makes them) in one call; the rest unchanged."""
+        mask = np.zeros(self.slots, bool)
+        for s in slots:
+            self._check_slot(s)
+            mask[s] = True
+        return _clear(state, self._blank, jnp.asarray(mask))
+
+    def extend(self, params, state: SamplerState, inputs, *, version) -> SamplerState:
+        """Appends ``inputs[slot]`` (tokens) to each listed slot's row and computes their K/V with
+        ``params``, all in one call (one compiled shape per padded width); other slots are
+        untouched. With exact kernels a slot's result is the one :meth:`prefill` gives it alone.
+        The continuous-batching loop gathers every prompt, re-prefill and observation of a
+        decode step into this one call (one-row prefills cost a dispatch each)."""
+        n = max(np.asarray(t).size for t in inputs.values())
+        arr = np.zeros((self.slots, prefill_width(n, self.max_len)), np.int32)
+        lens = np.zeros(self.slots, np.int32)
+        for s, t in inputs.items():
+            self._check_slot(s)
+            t = np.asarray(t, np.int32).reshape(-1)
+            lens[s] = k = min(t.size, arr.shape[1])
+            arr[s, :k] = t[:k]
+        return self.sampler.extend(params, state, arr, lens, version=version)
+
+    @functools.cached_property
+    def _blank(self) -> SamplerState:
+        return self.sampler.init(self.slots)
+
     def warm_up(self, params) -> None:
         """Compiles every program the engine runs (each prefill width, insert, take, generate) on
         a scratch state, so that no compilation stalls a real-time run later."""
@@ -133,6 +173,7 @@ class Engine:
                 state = self.insert(self.prefill(params, np.ones(w, np.int32), version=0), state, 0)
             row = self.prefill(params, np.ones(w, np.int32), version=0, row=self.take(state, 0))
             state = self.insert(row, state, 0)
+            state = self.extend(params, self.clear(state, [0]), {0: np.ones(w, np.int32)}, version=0)
         keys = jax.random.split(jax.random.key(0), self.slots)
         state, span = self.generate(params, state, keys, np.zeros(self.slots), version=0)
         jax.block_until_ready(self.records(state, span))

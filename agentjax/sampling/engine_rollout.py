@@ -128,6 +128,8 @@ class EngineRollout(Rollout):
             ),
             0.0,
         )
+        self._pending: dict[int, np.ndarray] = {}  # slot -> tokens to prefill at this step
+        self._fresh: list[int] = []  # slots to empty first (a new or rewritten context)
         t_start = time.perf_counter()
         while new or back or waiting or any(o >= 0 for o in owner):
             for s in range(n_slots):  # a row that spent its round budget pauses, freeing its slot
@@ -148,9 +150,7 @@ class EngineRollout(Rollout):
                 if env is not None:  # a process pool's step brings the stepped environment back
                     self.rows[i].spec.env = env
                 obs = self._env_result(i, res, err, wall)
-                t1 = time.perf_counter()
-                self._observe(params, version, i, obs, back)
-                m["prefill_s"] += time.perf_counter() - t1
+                self._observe(i, obs, back)
             for s in range(n_slots):  # an ended episode frees its slot at once
                 if owner[s] >= 0 and self.rows[owner[s]].done:
                     self._slot.pop(owner[s], None)
@@ -168,11 +168,17 @@ class EngineRollout(Rollout):
                     if spent[i] >= budget:  # back from its environment with its budget spent
                         self._pause(i, kept.pop(i, None))
                         continue
-                    row = kept.pop(i, None)
-                    if row is None:
-                        row = e.prefill(params, self._stream[i], version=version)
-                    self.state = e.insert(row, self.state, s)
+                    if i in kept:
+                        self.state = e.insert(kept.pop(i), self.state, s)
+                    else:
+                        self._fresh.append(s)
+                        self._pending[s] = self._stream[i]
                     owner[s], self._slot[i] = i, s
+            if self._pending:  # every prompt, re-prefill and observation of this step: one call
+                if self._fresh:
+                    self.state = e.clear(self.state, self._fresh)
+                self.state = e.extend(params, self.state, self._pending, version=version)
+                self._pending, self._fresh = {}, []
             m["prefill_s"] += time.perf_counter() - t1
             active = [o >= 0 and o not in waiting and not self.rows[o].done for o in owner]
             if not any(active):
@@ -293,9 +299,10 @@ class EngineRollout(Rollout):
         routes = self._routes.get(i)
         return None if routes is None else routes[:n]
 
-    def _observe(self, params, version, i: int, obs: list[int], back: deque) -> None:
-        """Appends the observation to row ``i``: into its kept slot, or queued for a slot."""
-        r, e = self.rows[i], self.engine
+    def _observe(self, i: int, obs: list[int], back: deque) -> None:
+        """Appends the observation to row ``i``: into its kept slot (prefilled with the step's
+        other inputs), or queued for a slot."""
+        r = self.rows[i]
         if r.done:
             return
         obs_arr = np.asarray(obs, np.int32)
@@ -308,7 +315,7 @@ class EngineRollout(Rollout):
         if s is None:  # evicted: the whole context is prefilled when it gets a slot
             back.append(i)
         elif rewrite:  # a rewritten context is prefilled afresh, in place
-            self.state = e.insert(e.prefill(params, self._stream[i], version=version), self.state, s)
+            self._fresh.append(s)
+            self._pending[s] = self._stream[i]
         else:  # kept: only the observation is prefilled, onto the slot's own cache
-            row = e.prefill(params, obs_arr, version=version, row=e.take(self.state, s))
-            self.state = e.insert(row, self.state, s)
+            self._pending[s] = obs_arr
