@@ -271,6 +271,12 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             f"scheduler.round_budget={s.round_budget} (partial rollout) needs the slot engine: set "
             "scheduler.engine_slots > 0, or round_budget to 0 (whole episodes)"
         )
+    if s.env_latency_scale and s.clock != Clock.REAL:
+        raise ConfigError(
+            f"scheduler.env_latency_scale={s.env_latency_scale} makes environment steps wait in "
+            "real time: it needs scheduler.clock='real' (the virtual clock already charges the "
+            "simulated latency)"
+        )
     every = int(d.get("checkpoint_every", 50))
     if s.round_budget and s.clock == Clock.VIRTUAL and every:
         raise ConfigError(

@@ -29,7 +29,7 @@ from agentjax.learner.step import make_optimizer, make_train_step
 from agentjax.policy.config import ModelConfig
 from agentjax.sampling.context import make_context_policy
 from agentjax.sampling.engine import Engine
-from agentjax.sampling.envpool import EnvPool
+from agentjax.sampling.envpool import EnvPool, RealLatency
 from agentjax.sampling.precision import sampler_model, to_sampler
 from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.transforms import Greedy, Temperature
@@ -71,11 +71,13 @@ class Parts:
     def make_env(self) -> Callable[[], Any]:
         """Training episodes' environment: with injected faults when the config asks for them
         (``fault_rates`` is read at each episode's start, so the noise curriculum moves it)."""
-        return (
+        make = (
             loopparts.noisy(self.suite.make_env, self.fault_rates)
             if self.fault_rates
             else self.suite.make_env
         )
+        scale = self.run.scheduler.env_latency_scale
+        return (lambda: RealLatency(make(), scale)) if scale else make
 
     @property
     def make_eval_env(self) -> Callable[[], Any]:

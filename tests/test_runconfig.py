@@ -255,3 +255,15 @@ def test_partial_rollout_needs_the_slot_engine_and_no_virtual_checkpoints():
     c.scheduler.caps = dict(max_tokens=3)
     with pytest.raises(ConfigError, match=r"takes its per-task caps from the caps"):
         parse(c)
+
+
+def test_env_latency_as_real_waiting_needs_the_real_clock():
+    c = default.get_config()
+    c.scheduler.update(env_latency_scale=0.5, clock="virtual")
+    with pytest.raises(ConfigError, match=r"scheduler.env_latency_scale=0.5 .* needs scheduler.clock='real'"):
+        parse(c)
+    c.scheduler.update(env_latency_scale=-1.0, clock="real")
+    with pytest.raises(ConfigError, match=r"env_latency_scale=-1.0 is invalid; must be >= 0"):
+        parse(c)
+    c.scheduler.env_latency_scale = 0.5
+    assert parse(c).scheduler.env_latency_scale == 0.5

@@ -44,6 +44,9 @@ class SchedulerConfig:
     engine_chunk: int = 8  # decode tokens per slot-engine generate call
     env_workers: int = 8  # slot engine: environment pool size
     env_pool: EnvPoolKind = EnvPoolKind.THREAD  # slot engine: thread or process workers
+    # real time: each environment step also waits its simulated tool latency x this (seconds of
+    # waiting per simulated second; minirepo's long tail as real waiting, as a sandbox would); 0: off
+    env_latency_scale: float = 0.0
     # dynamic sampling (agentjax.sampling.groups): "drop" keeps groups whose rewards are all equal
     # out of the batch and samples more in their place, at most drop_budget x batch_size
     # trajectories per learner step
@@ -66,6 +69,10 @@ class SchedulerConfig:
         for name in ("num_slots", "window", "engine_chunk", "env_workers"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be an integer >= 1")
+        if not self.env_latency_scale >= 0:
+            raise ValueError(
+                f"env_latency_scale={self.env_latency_scale!r} is invalid; must be >= 0 (0: off)"
+            )
         for name in ("round_budget", "engine_slots", "drop_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
