@@ -46,6 +46,22 @@ def test_async_real_time_overlaps_sampling_with_learning_within_the_gap_bound(tm
     assert 0 < rows[-1]["virtual_time"] <= rt["wall_s"] + 1e-6
 
 
+def test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes(tmp_path):
+    """scheduler.env_latency_scale: each tool call waits its simulated (long-tailed) latency in
+    real time on the env pool; the pool's measured latency and utilisation show it, and the
+    engine keeps decoding the other slots meanwhile (Little's law holds on the real events)."""
+    summary, rows = _train(
+        tmp_path, scheduler__mode="async", scheduler__engine_slots=8, scheduler__env_latency_scale=0.01
+    )
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    pool = summary["engine"]["env_pool"]
+    trajs = Journal(os.path.join(tmp_path, "journal.bin")).read()
+    simulated = sum(t.timings["env"] for t in trajs) / max(sum(len(t.rewards) for t in trajs), 1)
+    assert simulated > 0.1  # seconds of simulated tool latency per step (long-tailed)
+    assert pool["service_mean"] >= 0.01 * simulated * 0.9  # each step waited its scaled latency
+    assert pool["in_flight_measured"] > 0 and pool["littles_law_rel_error"] < 0.05
+
+
 def _episodes(workdir):
     """Each journaled episode's task, seed-defined tokens, log-probs and per-token versions."""
     out = []
