@@ -12,6 +12,10 @@ reports its best time: the least noisy statistic on a shared machine, and a chan
 all engines alike. The load average is recorded. agentjax is measured in fast mode
 (``exact_tile=0``) and exact mode (``exact_tile=8``); the ratios use fast mode, and
 ``exact/fast`` is the cost of the consistency contract on the sampler side.
+
+Equal threads: ``--threads N`` (default: every core this process may use) pins the process to N
+cores before jax or torch loads, so XLA's thread pool (which sizes itself from the affinity mask)
+and torch (``set_num_threads(N)``) compute on the same N cores; both are recorded.
 """
 
 from __future__ import annotations
@@ -20,19 +24,35 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from tunix_anchor import IntTokenizer, llama3_config, one_device_mesh  # benchmarks/ (the script's folder)
 
-from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import init_params
-from agentjax.sampling.sampler import Sampler
+def _pin_threads() -> int:
+    """Pins this process to ``--threads`` cores (default: all it may use) before jax/torch load."""
+    cores = sorted(os.sched_getaffinity(0))
+    n = len(cores)
+    for i, a in enumerate(sys.argv):
+        if a.startswith("--threads="):
+            n = int(a.split("=", 1)[1])
+        elif a == "--threads" and i + 1 < len(sys.argv):
+            n = int(sys.argv[i + 1])
+    os.sched_setaffinity(0, cores[: max(1, min(n, len(cores)))])
+    return len(os.sched_getaffinity(0))
+
+
+THREADS = _pin_threads()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from tunix_anchor import IntTokenizer, llama3_config, one_device_mesh  # noqa: E402 (the script's folder)
+
+from agentjax.policy.config import ModelConfig  # noqa: E402
+from agentjax.policy.model import init_params  # noqa: E402
+from agentjax.sampling.sampler import Sampler  # noqa: E402
 
 PROMPT = 16
-TORCH_THREADS = 1  # set by --torch-threads; 1 avoids OpenMP spin-waits on a shared machine
 CASES = {  # name: (model, batch, new tokens)
     "tiny_b32": (
         dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=512, vocab_size=64),
@@ -141,7 +161,7 @@ def bench_transformers(m, batch, new):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.set_num_threads(TORCH_THREADS)
+    torch.set_num_threads(THREADS)  # the cores XLA computes on (see _pin_threads)
     cfg = LlamaConfig(
         vocab_size=m["vocab_size"],
         hidden_size=m["d_model"],
@@ -203,10 +223,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--engines", default="agentjax,agentjax_exact,tunix,transformers")
-    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=THREADS, help="cores for every engine (read at import)")
     args = ap.parse_args()
-    global TORCH_THREADS
-    TORCH_THREADS = args.torch_threads
     engines = args.engines.split(",")
     peak = matmul_flops()
     results = {
@@ -215,7 +233,8 @@ def main():
             "platform": platform.platform(),
             "jax": jax.__version__,
             "matmul_flops": peak,
-            "torch_threads": args.torch_threads,
+            "threads": THREADS,  # torch.set_num_threads and the affinity XLA sizes its pool from
+            "affinity": sorted(os.sched_getaffinity(0)),
             "repeats": args.repeats,
             "loadavg_start": os.getloadavg(),
         },
