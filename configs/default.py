@@ -2,7 +2,8 @@
 
 Warm start on an imperfect scripted demonstrator (~62% held-out), then GRPO-family RL with an
 IcePop consistency filter and dynamic sampling (groups of equal rewards dropped and replaced)
-under windowed-FIFO scheduling on a virtual clock (long-tailed tool latency). Exact kernels: the
+under windowed-FIFO scheduling in real time: the slot engine samples (environments with
+long-tailed tool latency stepped on a thread pool) while the learner trains. Exact kernels: the
 sampler's and the learner's log-probs are bitwise equal.
 
     python -m launch.train                                   # this config
@@ -39,19 +40,28 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
     c.scheduler = dict(
         mode="windowed_fifo",
-        # clock: "virtual" (deterministic: same seed, same run; exact --resume) or "real"
-        # (sampling and learning overlap in wall-clock time; agentjax/sampling/realtime.py)
-        clock="virtual",
+        # clock: "real" (sampling and learning overlap in wall-clock time, agentjax/sampling/
+        # realtime.py; --replay=W re-executes run W; --resume samples in-flight tasks again) or
+        # "virtual" (a pure function of the seed: same seed, same run; bitwise --resume)
+        clock="real",
         window=64,
         num_slots=128,
         gen_seconds_per_token=0.02,
         learner_step_time=2.0,
-        # engine_slots > 0: sample on the slot engine (EngineRollout) with an
-        # env pool instead of lock-step Rollout; same trajectories in exact mode
-        engine_slots=0,
+        # engine_slots > 0: sample on the slot engine (EngineRollout: continuous batching,
+        # environments stepped on a pool while it decodes); 0: lock-step Rollout. Same
+        # trajectories in exact mode
+        engine_slots=64,
         engine_chunk=8,
         env_workers=8,
         env_pool="thread",
+        # real time: > 0 makes each tool call also wait its simulated latency x this (minirepo's
+        # long tail as real waiting); 0: environment steps take what they take (~50 us here)
+        env_latency_scale=0.0,
+        # partial rollout (slot engine): pause an episode after round_budget action tokens a
+        # round, resume it under newer weights ("recompute" its context, or "keep" its KV cache)
+        round_budget=0,
+        resume="recompute",
         # dynamic sampling: "drop" keeps all-pass / all-fail groups (advantage 0) out of the
         # batch and samples more in their place, at most drop_budget x rl.batch_size per step
         # (every step trains 64 informative episodes: what lets learning_rate 1e-3 learn on

@@ -71,7 +71,9 @@ def tiny_config(name="default", steps=2, **overrides):
     c.rl.update(steps=steps, group_size=4, batch_size=16, eval_every=steps)
     # a 2-step warm start passes nothing: every group is uniform, and dropping them would only
     # sample drop_budget x more (dynamic sampling has its own tests; configs/smoke.py keeps it)
-    c.scheduler.update(num_slots=32, window=16, uniform_groups="keep")
+    # and the virtual clock on lock-step Rollout: deterministic (the real-time default and the
+    # slot engine are asked for by the tests that check them)
+    c.scheduler.update(num_slots=32, window=16, uniform_groups="keep", clock="virtual", engine_slots=0)
     c.checkpoint_every, c.log_every, c.report = 0, 1, False
     for path, v in overrides.items():
         *sections, field = path.split("__")

@@ -77,7 +77,8 @@ def _tiny(name, **extra):
     c.task.eval_tasks = 8
     c.warm_start.update(episodes=16, steps=2, batch_size=8)
     c.rl.update(steps=2, group_size=4, batch_size=8, eval_every=2)
-    c.scheduler.update(num_slots=16, window=8)
+    # each config's own clock (the default's real time) on a slot engine of smoke size
+    c.scheduler.update(num_slots=16, window=8, engine_slots=8)
     c.checkpoint_every = 2
     c.log_every = 1
     c.report = False
@@ -86,8 +87,11 @@ def _tiny(name, **extra):
     return c
 
 
-def _train(name, workdir, **kw):
-    summary = system.train(_tiny(name), str(workdir), log=lambda s: None, **kw)
+def _train(name, workdir, clock=None, **kw):
+    c = _tiny(name)
+    if clock is not None:
+        c.scheduler.clock = clock
+    summary = system.train(c, str(workdir), log=lambda s: None, **kw)
     rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
     for r in rows:
         r.pop("wall", None)
@@ -100,7 +104,7 @@ def _train_rows(rows):
 
 @pytest.mark.slow
 def test_sync_exact_trains_deterministically_with_ratio_exactly_one(tmp_path):
-    summary, rows = _train("sync_exact", tmp_path / "a")
+    summary, rows = _train("sync_exact", tmp_path / "a", clock="virtual")  # same seed, same run
     train = _train_rows(rows)
     assert [r["step"] for r in train] == [1, 2]
     for r in train:  # on-policy and exact: the learner reproduces the sampler's log-probs bitwise
@@ -108,7 +112,7 @@ def test_sync_exact_trains_deterministically_with_ratio_exactly_one(tmp_path):
         assert r["loss/ratio/mean"] == 1.0 and r["loss/ratio/max"] == 1.0
         assert not any(k.startswith("masked/filter_") and v for k, v in r.items())
     assert summary["final_eval"]["eval/n"] == 8 and summary["weight_sync"]["syncs"] == 0
-    again, rows2 = _train("sync_exact", tmp_path / "b")
+    again, rows2 = _train("sync_exact", tmp_path / "b", clock="virtual")
     assert rows2 == rows and again["params_sha256"] == summary["params_sha256"]
 
 
