@@ -117,6 +117,12 @@ def train(
     ``replay``: the workdir of a finished real-time run of the same config, whose recorded
     schedule this run re-executes (:mod:`agentjax.sampling.replay`)."""
     run = runconfig.parse(cfg)  # fails before any work on an invalid config
+    if multihost.is_multiprocess() and run.scheduler.clock == Clock.REAL:
+        raise runconfig.ConfigError(
+            "scheduler.clock='real' runs one process: with --num_processes > 1 every process "
+            "must take the same scheduling decisions, which only the virtual clock guarantees; "
+            "pass --config.scheduler.clock=virtual"
+        )
     schedule = None
     if replay is not None:
         if run.scheduler.clock != Clock.REAL or resume:
