@@ -97,3 +97,32 @@ def run_cases_in_own_process(path: str, timeout: float = 3600, allow_skips: bool
     assert " passed" in out or allow_skips, out[-4000:]
     assert allow_skips or " skipped" not in out, out[-4000:]
     return out
+
+
+def train_until_killed(args, ckdir: str, min_step: int, *, env=None, jitter: float = 0.0):
+    """Starts ``python -m launch.train args`` and SIGKILLs it once ``ckdir`` holds a checkpoint at
+    step >= ``min_step`` (after up to ``jitter`` more seconds: an arbitrary point of a later
+    step); returns the newest checkpoint step left behind."""
+    import random
+    import signal
+    import time
+
+    from agentjax.learner import checkpoint as ckpt
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.train", *args],
+        cwd=ROOT,
+        env=cli_env() if env is None else env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 900
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(ckdir) and (ckpt.latest_step(ckdir) or 0) >= min_step:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    time.sleep(random.Random(os.getpid()).uniform(0.0, jitter))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return ckpt.latest_step(ckdir)

@@ -10,10 +10,6 @@ bitwise.
 import collections
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -112,10 +108,9 @@ def test_sigkill_then_resume_continues_a_real_time_run_on_the_slot_engine(tmp_pa
     it. The tasks in flight at the checkpoint (its redo record, whole groups) are sampled again
     first, every step after it trains once, and the journal's submission indices go on from the
     checkpoint's count (no index reused). A resumed run's schedule cannot be replayed."""
-    from agentjax.learner import checkpoint as ckpt
     from agentjax.learner import resume as durable
     from agentjax.sampling import snapshot
-    from tests.runs import ROOT, cli_env, run_module, tail
+    from tests.runs import run_module, tail, train_until_killed
 
     wd = str(tmp_path / "run")
     flags = [
@@ -125,23 +120,8 @@ def test_sigkill_then_resume_continues_a_real_time_run_on_the_slot_engine(tmp_pa
         "--config.scheduler.clock=real",
         "--config.scheduler.engine_slots=8",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.train", *flags],
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     ckdir = os.path.join(wd, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.isdir(ckdir) and (ckpt.latest_step(ckdir) or 0) >= 4:
-            break
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = ckpt.latest_step(ckdir)
+    killed_at = train_until_killed(flags, ckdir, 4)
     assert killed_at is not None and killed_at < 12
     with open(durable.snapshot_path(ckdir, killed_at), "rb") as f:
         record = snapshot.loads(f.read(), fields=("kind", "redo", "submitted"))

@@ -2,17 +2,12 @@
 
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 from agentjax.learner import checkpoint as ckpt
-from tests.runs import ROOT, cli_env, read_metrics, run_module, tail
+from tests.runs import cli_env, read_metrics, run_module, tail, train_until_killed
 
 ENV = cli_env()  # one CPU device: the default config's placement
 
@@ -80,24 +75,8 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     ref_dir, _ = _reference(mode, tmp_path_factory)
     wd = str(tmp_path / "killed")
     flag = f"--config.scheduler.mode={mode}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.train", *_args(wd, flag)],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     ckdir = os.path.join(wd, "checkpoints")
-    deadline = time.time() + 900
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.isdir(ckdir) and (ckpt.latest_step(ckdir) or 0) >= 2:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    time.sleep(random.Random(os.getpid()).uniform(0.0, 0.5))  # an arbitrary point of a later step
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = ckpt.latest_step(ckdir)
+    killed_at = train_until_killed(_args(wd, flag), ckdir, 2, env=ENV, jitter=0.5)
     assert killed_at is not None and killed_at < 12
     out = _train(wd, flag, "--resume")
     assert out.returncode == 0, tail(out)

@@ -44,7 +44,7 @@ from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.queue import ResumeMode
 from agentjax.sampling.rollout import EpisodeSpec, Rollout, _Row, _row_keys, env_call
 from agentjax.sampling.sampler import Status
-from agentjax.trajectory import StopReason, Trajectory, Turn
+from agentjax.trajectory import StopReason, Trajectory
 
 
 @dataclasses.dataclass
@@ -245,21 +245,7 @@ class EngineRollout(Rollout):
         r = self.rows[i]
         t = self._trajectory(r)
         if r.gen["tok"]:
-            a = np.asarray(r.gen["tok"], np.int32)
-            t.turns = [
-                *r.turns,
-                Turn(
-                    context=r.context,
-                    action=a,
-                    logp=np.asarray(r.gen["lp"], np.float32),
-                    logp_raw=np.asarray(r.gen["raw"], np.float32),
-                    version=np.asarray(r.gen["ver"], np.int32),
-                    observation=np.zeros(0, np.int32),
-                    routes=self._routes_of(i, r.context.size + a.size),
-                    pauses=tuple(r.pauses),
-                    recomputed=r.evicted,
-                ),
-            ]
+            t.turns = [*r.turns, self._turn(i, [])]
         t.final_reward, t.label = 0.0, None
         return t
 

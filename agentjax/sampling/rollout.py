@@ -259,24 +259,28 @@ class Rollout:
                 arr[i, : c.size], lens[i] = c, c.size
         self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens, version=version)
 
-    def _close_turn(self, i: int, obs: list[int]):
+    def _turn(self, i: int, obs: list[int]) -> Turn:
+        """Row ``i``'s current action (generated so far) as a turn answered by ``obs``."""
         r = self.rows[i]
         a = np.asarray(r.gen["tok"], np.int32)
-        r.turns.append(
-            Turn(
-                context=r.context,
-                action=a,
-                logp=np.asarray(r.gen["lp"], np.float32),
-                logp_raw=np.asarray(r.gen["raw"], np.float32),
-                version=np.asarray(r.gen["ver"], np.int32),
-                observation=np.asarray(obs, np.int32),
-                routes=self._routes_of(i, r.context.size + a.size),
-                pauses=tuple(r.pauses),
-                recomputed=r.evicted,
-            )
+        return Turn(
+            context=r.context,
+            action=a,
+            logp=np.asarray(r.gen["lp"], np.float32),
+            logp_raw=np.asarray(r.gen["raw"], np.float32),
+            version=np.asarray(r.gen["ver"], np.int32),
+            observation=np.asarray(obs, np.int32),
+            routes=self._routes_of(i, r.context.size + a.size),
+            pauses=tuple(r.pauses),
+            recomputed=r.evicted,
         )
+
+    def _close_turn(self, i: int, obs: list[int]):
+        r = self.rows[i]
+        turn = self._turn(i, obs)
+        r.turns.append(turn)
         r.evicted = False
-        r.segments.append(("action", a.tolist()))
+        r.segments.append(("action", turn.action.tolist()))
         if obs:
             r.segments.append(("observation", obs))
         r.gen = {k: [] for k in ("tok", "lp", "raw", "ver")}
