@@ -245,7 +245,7 @@ class EngineRollout(Rollout):
         r = self.rows[i]
         t = self._trajectory(r)
         if r.gen["tok"]:
-            t.turns = [*r.turns, self._turn(i, [])]
+            t.turns = [*r.turns, self._turn_of(i, [])]
         t.final_reward, t.label = 0.0, None
         return t
 

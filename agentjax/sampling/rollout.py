@@ -259,7 +259,7 @@ class Rollout:
                 arr[i, : c.size], lens[i] = c, c.size
         self.state = self.sampler.extend(params, self.sampler.init(self.capacity), arr, lens, version=version)
 
-    def _turn(self, i: int, obs: list[int]) -> Turn:
+    def _turn_of(self, i: int, obs: list[int]) -> Turn:
         """Row ``i``'s current action (generated so far) as a turn answered by ``obs``."""
         r = self.rows[i]
         a = np.asarray(r.gen["tok"], np.int32)
@@ -277,7 +277,7 @@ class Rollout:
 
     def _close_turn(self, i: int, obs: list[int]):
         r = self.rows[i]
-        turn = self._turn(i, obs)
+        turn = self._turn_of(i, obs)
         r.turns.append(turn)
         r.evicted = False
         r.segments.append(("action", turn.action.tolist()))
