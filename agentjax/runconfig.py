@@ -81,6 +81,7 @@ class PlacementSection:
     sampler_mesh: dict = dataclasses.field(default_factory=dict)
     sync_every: int = 1
     host_devices: int = 0  # CPU-only hosts: launch.train asks XLA for this many host devices (0: as is)
+    peer_timeout_s: float = 300.0  # several processes: a peer silent this long fails the run
 
     def __post_init__(self):
         coerce(self, kind=PlacementKind)
@@ -257,6 +258,11 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         raise ConfigError(
             f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
             "must be an integer >= 0 (0: leave XLA's host device count as it is)"
+        )
+    if not parts["placement"].peer_timeout_s > 0:
+        raise ConfigError(
+            f"placement.peer_timeout_s={parts['placement'].peer_timeout_s!r} is invalid; must be > 0 "
+            "(seconds a multi-process run waits for a silent process before it fails)"
         )
     for f in ("steps", "group_size", "batch_size", "eval_every"):
         _positive(f"rl.{f}", getattr(rl, f))

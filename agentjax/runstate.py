@@ -35,6 +35,7 @@ from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.transforms import Greedy, Temperature
 from agentjax.sampling.worker import SamplerWorker
 from agentjax.sharding import multihost
+from agentjax.sharding.exchange import Exchange
 from agentjax.sharding.placement import SyncStats, make_placement, sync_weights
 from agentjax.tasks import model as task_model
 from agentjax.trajectory import Trajectory
@@ -122,6 +123,14 @@ class RunState:
             sync_every=run.placement.sync_every,
             devices=jax.devices(),
         )
+        mesh = self.placement.learner_mesh.shape
+        split = mesh.get("data", 1) * mesh.get("fsdp", 1)
+        if learner_rows(run) % split:
+            raise runconfig.ConfigError(
+                f"the learner batch's {learner_rows(run)} rows (rl.batch_size, x caps.max_tool_calls "
+                f"under a context policy) must split evenly over placement.learner_mesh data x fsdp "
+                f"= {split}: pick a multiple of {split}"
+            )
         self.sync = SyncStats()
         self.tx = make_optimizer(run.optim)
         transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
@@ -146,6 +155,7 @@ class RunState:
         self.kept: dict = {}
         self.train_wall = 0.0  # measured learner step seconds (cost ledger)
         self.journal = Journal(os.path.join(workdir, "journal.bin"))
+        self.writer = jax.process_index() == 0  # several processes: process 0 writes the files
         self.metrics_path = os.path.join(workdir, "metrics.jsonl")
         self.state = None
         self.ref_params = None  # the frozen reference policy (the warm start) when loss.kl_coef > 0
@@ -167,6 +177,8 @@ class RunState:
             gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
             context=make_context_policy(run.context.policy, run.context.arg),
         )
+        if multihost.is_distributed():  # each process samples its share of every call's rounds
+            self.worker.exchange = Exchange.of_jax(run.placement.peer_timeout_s)
         if run.scheduler.engine_slots:  # the slot engine; same trajectories as Rollout in exact mode
             self.worker.engine = Engine(self.sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
             self.worker.pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
@@ -203,8 +215,9 @@ class RunState:
         bm = {**bm, **fm, **self.curriculum_step(trajs)}
         if not run.sampler.replay_routes and "routes" in arrays:  # R3 off: measured, not replayed
             arrays["sampler_routes"] = arrays.pop("routes")
-        if multihost.is_multiprocess():  # data parallel over every process's devices
-            arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
+        # data parallel: rows split over the learner mesh's data and fsdp axes (every process's
+        # devices); the same split whether the mesh spans one process or several
+        arrays = multihost.shard_batch(arrays, self.placement.learner_mesh)
         behaviour = None
         if self.slots:
             pv.check_covered(self.kept, arrays["behaviour_version"], arrays["loss_mask"])
@@ -271,7 +284,8 @@ class RunState:
         self._journaled.update(t.submit_index for t in done)
         if self.index_base:  # a resumed real-time run's scheduler counts from 0 again
             done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
-        self.journal.append(done)
+        if self.writer:
+            self.journal.append(done)
         self.journal_count += len(done)
 
 

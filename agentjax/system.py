@@ -29,7 +29,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from agentjax import loopparts, runconfig
 from agentjax import workdir as files
@@ -117,11 +116,17 @@ def train(
     ``replay``: the workdir of a finished real-time run of the same config, whose recorded
     schedule this run re-executes (:mod:`agentjax.sampling.replay`)."""
     run = runconfig.parse(cfg)  # fails before any work on an invalid config
-    if multihost.is_multiprocess() and run.scheduler.clock == Clock.REAL:
+    if multihost.is_distributed() and run.scheduler.clock == Clock.REAL:
         raise runconfig.ConfigError(
             "scheduler.clock='real' runs one process: with --num_processes > 1 every process "
             "must take the same scheduling decisions, which only the virtual clock guarantees; "
             "pass --config.scheduler.clock=virtual"
+        )
+    if multihost.is_distributed() and run.scheduler.round_budget:
+        raise runconfig.ConfigError(
+            f"scheduler.round_budget={run.scheduler.round_budget} (partial rollout) runs one "
+            "process: a paused episode's environment and KV cache stay on the process that "
+            "sampled it, and its next round may fall to another; set round_budget to 0"
         )
     schedule = None
     if replay is not None:
@@ -157,12 +162,12 @@ def train(
             raise ckpt.CheckpointError(
                 f"{ckdir} already holds checkpoints: pass --resume to continue, or use a new --workdir"
             )
-        for stale in (r.metrics_path, r.journal.path):
+        for stale in (r.metrics_path, r.journal.path) if r.writer else ():
             if os.path.exists(stale):
                 os.remove(stale)
-        if os.path.isdir(refdir):  # a reference left by a run that never reached a checkpoint
+        if os.path.isdir(refdir) and r.writer:  # left by a run that never reached a checkpoint
             shutil.rmtree(refdir)
-        if parts.policy.hf_path:  # what launch.export needs besides the weights
+        if parts.policy.hf_path and r.writer:  # what launch.export needs besides the weights
             task_model.save_source(parts.policy, os.path.join(workdir, task_model.SOURCE_DIR))
         demo = parts.suite.baseline()
         log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
@@ -175,10 +180,11 @@ def train(
             "rl_start_success": e0["eval/success"],
             "versions": resolved_versions(),
         }
-        files.write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
+        if r.writer:
+            files.write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
         r.state = init_train_state(params, r.tx, run.seed)
-        if multihost.is_multiprocess():
-            r.state = multihost.replicate(r.state, r.placement.learner_mesh)
+        if multihost.is_distributed():  # the step counter, rng, optimizer counts onto the mesh
+            r.state = multihost.globalize(r.state, r.placement.learner_mesh)
         if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume
             r.ref_params = r.state.params
             ckpt.save_checkpoint(refdir, 0, r.ref_params)
@@ -198,7 +204,8 @@ def train(
         if step % run.rl.eval_every == 0 or step == run.rl.steps:
             last_eval = evaluate_heldout(r, multihost.local_view(r.state.params), step)
             rows.append({"step": step, **last_eval})
-        files.write_rows(r.metrics_path, rows)
+        if r.writer:
+            files.write_rows(r.metrics_path, rows)
         log(progress_line(rows, scheduler, r, last_eval))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
@@ -206,7 +213,8 @@ def train(
                 blob = scheduler.snapshot()
             else:  # real time: threads hold the work in flight; --resume samples it again
                 blob = snapshot.dumps(files.redo_record(scheduler, tasks, r.index_base))
-            files.atomic_write(durable.snapshot_path(ckdir, step), blob)
+            if r.writer:
+                files.atomic_write(durable.snapshot_path(ckdir, step), blob)
             ckpt.save_checkpoint(
                 ckdir,
                 step,
@@ -219,7 +227,9 @@ def train(
                     "config": files.config_record(run),
                 },
             )
-            durable.prune_snapshots(ckdir, ckpt.all_steps(ckdir))  # with their checkpoints
+            kept = ckpt.all_steps(ckdir)  # collective: orbax syncs every process here
+            if r.writer:
+                durable.prune_snapshots(ckdir, kept)  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, runlog, header, last_eval)
     if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
@@ -230,10 +240,13 @@ def train(
         )
     if schedule is not None:
         summary["replayed"] = os.path.abspath(replay)
+    if worker.exchange is not None:  # several processes: how the rounds were split
+        summary["processes"] = worker.exchange.report()
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
         summary["engine"] = worker.engine_report()
         worker.pool.close()
-    files.atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
+    if r.writer:
+        files.atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
     return summary
 
 
@@ -253,15 +266,10 @@ def resolved_versions() -> dict:
 
 def _initial_params(parts: Parts, placement):
     """Random init, or the HF checkpoint read straight onto the learner mesh's shardings."""
-    mesh = placement.learner_mesh
-    if parts.policy.hf_path:
-        if multihost.is_multiprocess():
-            rep = NamedSharding(mesh, PartitionSpec())
-            shardings = jax.tree.map(lambda _: rep, abstract_params(parts.model))
-        else:
-            shardings = param_shardings(abstract_params(parts.model), mesh, placement.rules)
+    shardings = param_shardings(abstract_params(parts.model), placement.learner_mesh, placement.rules)
+    if parts.policy.hf_path:  # each device reads its own slice (any number of processes)
         return task_model.load_params(parts.policy, shardings)
     params0 = init_params(parts.model, jax.random.key(parts.run.seed))
-    if multihost.is_multiprocess():
-        return multihost.replicate(params0, mesh)
-    return shard_params(params0, mesh, placement.rules)
+    if multihost.is_distributed():  # FSDP over every process's devices: each fills its shards
+        return multihost.to_global(jax.device_get(params0), shardings)
+    return shard_params(params0, placement.learner_mesh, placement.rules)

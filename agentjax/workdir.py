@@ -23,6 +23,7 @@ from agentjax.runstate import RunState, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor
+from agentjax.sharding import multihost
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
@@ -147,16 +148,17 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
             "were lost; start a new --workdir"
         )
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
-    with open(r.metrics_path) as f:
-        if f.read() != text:
-            atomic_write(r.metrics_path, text.encode())
-    if torn:
-        log(f"repaired {r.metrics_path}: dropped a torn last line")
-    if scan.torn:
-        log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
-    r.journal.truncate(meta["journaled"])
+    if r.writer:  # one process writes the workdir's files (several processes: process 0)
+        with open(r.metrics_path) as f:
+            if f.read() != text:
+                atomic_write(r.metrics_path, text.encode())
+        if torn:
+            log(f"repaired {r.metrics_path}: dropped a torn last line")
+        if scan.torn:
+            log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
+        r.journal.truncate(meta["journaled"])
     r.journal_count = meta["journaled"]
-    r.state = restored.state
+    r.state = multihost.globalize(restored.state, r.placement.learner_mesh)
     evals = [json.loads(ln) for ln in text.splitlines()]
     evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
     log(f"resumed from step {step} ({ckdir})")

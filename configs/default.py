@@ -74,6 +74,8 @@ def get_config() -> ml_collections.ConfigDict:
         learner_mesh=dict(data=1, fsdp=1, tensor=1),
         sampler_mesh=dict(data=0, fsdp=0, tensor=0),
         sync_every=1,
+        host_devices=0,  # CPU-only hosts: ask XLA for this many host devices (0: as is)
+        peer_timeout_s=300.0,  # --num_processes > 1: a process silent this long fails the run
     )
     # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than
     # keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.

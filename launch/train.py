@@ -44,14 +44,22 @@ def main(argv):
     if _COORD.value or _NPROC.value:
         if os.environ.get("JAX_PLATFORMS", "") == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives
+        peer_timeout = _CONFIG.value.get("placement", {}).get("peer_timeout_s", 300.0)
+        # A dead process: the others stop with PeerError after peer_timeout_s where they wait for
+        # its trajectories, and the coordination service aborts them after twice that where they
+        # wait in a collective (its heartbeat stopped).
         jax.distributed.initialize(
-            coordinator_address=_COORD.value, num_processes=_NPROC.value, process_id=_PID.value
+            coordinator_address=_COORD.value,
+            num_processes=_NPROC.value,
+            process_id=_PID.value,
+            heartbeat_timeout_seconds=max(int(2 * peer_timeout), 1),
         )
     from agentjax import report, system
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
     from agentjax.sampling.replay import ScheduleError
+    from agentjax.sharding.exchange import PeerError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
@@ -74,6 +82,9 @@ def main(argv):
     except ScheduleError as e:
         print(f"replay error: {e}", file=sys.stderr)
         return 2
+    except PeerError as e:  # another process of a multi-process run died or hangs
+        print(f"peer error: {e}", file=sys.stderr)
+        return 4
     if _CONFIG.value.get("report", True) and jax.process_index() == 0:
         path = report.write_report(_WORKDIR.value)
         print(f"report: {path}")

@@ -156,6 +156,6 @@ def test_unknown_clock_is_named():
 def test_more_than_one_process_refuses_the_real_clock(monkeypatch, tmp_path):
     from agentjax.sharding import multihost
 
-    monkeypatch.setattr(multihost, "is_multiprocess", lambda: True)
+    monkeypatch.setattr(multihost, "is_distributed", lambda: True)
     with pytest.raises(ConfigError, match=r"pass --config.scheduler.clock=virtual"):
         system.train(tiny_config("default", scheduler__clock="real"), str(tmp_path), log=lambda s: None)

@@ -29,6 +29,7 @@ from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.queue import RoundResult, WorkItem
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
+from agentjax.sharding.exchange import Exchange
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class SamplerWorker:
     engine: Engine | None = None  # set: episodes run on the slot engine, envs on ``pool``
     pool: EnvPool | None = None
     engine_totals: dict = dataclasses.field(default_factory=dict)  # EngineRollout.metrics, summed
+    exchange: Exchange | None = None  # set: this process runs its share of every call's rounds
 
     def engine_report(self) -> dict:
         """The slot engine's totals over every round: tokens, chunks, slot occupancy, evictions,
@@ -83,7 +85,14 @@ class SamplerWorker:
     def run_rounds(self, items: Sequence[WorkItem]) -> list[RoundResult]:
         """Runs the rounds, one batched call per policy version. A round budget (partial
         rollout) needs the slot engine: a paused round's ``state`` is the engine's
-        :class:`~agentjax.sampling.engine_rollout.Paused` episode, which the next round resumes."""
+        :class:`~agentjax.sampling.engine_rollout.Paused` episode, which the next round resumes.
+        With ``exchange`` (several processes) this process runs its share and every process
+        gets every result."""
+        if self.exchange is not None:
+            return self.exchange.split(items, self._run_rounds)
+        return self._run_rounds(items)
+
+    def _run_rounds(self, items: Sequence[WorkItem]) -> list[RoundResult]:
         partial = [it for it in items if it.state is not None or it.round_budget is not None]
         if partial and self.engine is None:
             raise NotImplementedError("partial rollout (a round budget) needs the slot engine")

@@ -3,11 +3,12 @@
 With ``jax.distributed`` every process runs the same program; arrays that span devices of
 several processes are built from host data with ``make_array_from_callback`` (each process fills
 its own shards). The sampler and the environments are host-local: they read a process-local copy
-of fully replicated parameters (``local_view``).
+of the parameters (``local_view`` all-gathers the learner's FSDP shards).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import jax
@@ -15,8 +16,15 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
-def is_multiprocess() -> bool:
-    return jax.process_count() > 1
+def is_distributed() -> bool:
+    """A run under ``jax.distributed`` (``launch.train --num_processes=N``), for any N >= 1.
+
+    Every such run takes the multi-process path (episodes split over processes, the sampler on a
+    process-local copy of the weights), so N = 1 runs the very program that N > 1 runs: it is
+    their single-process reference (``tests/test_multiprocess.py``)."""
+    from jax._src import distributed  # noqa: PLC0415
+
+    return jax.process_count() > 1 or distributed.global_state.client is not None
 
 
 def to_global(tree, shardings):
@@ -31,9 +39,20 @@ def to_global(tree, shardings):
     return jax.tree.map(one, tree)
 
 
-def replicate(tree, mesh: Mesh):
-    """Every leaf fully replicated over ``mesh`` (host data identical on every process)."""
-    return to_global(jax.device_get(tree), NamedSharding(mesh, PartitionSpec()))
+def globalize(tree, mesh: Mesh):
+    """Global arrays stay as they are (e.g. FSDP-sharded parameters and optimizer moments); every
+    process-local leaf (a step counter, an rng, an optimizer count: identical on every process)
+    becomes a global array replicated over ``mesh``. Identity outside ``jax.distributed``."""
+    if not is_distributed():
+        return tree
+    on_mesh = set(mesh.devices.flat)
+
+    def one(x):
+        if isinstance(x, jax.Array) and x.sharding.device_set == on_mesh:
+            return x
+        return to_global(np.asarray(jax.device_get(x)), NamedSharding(mesh, PartitionSpec()))
+
+    return jax.tree.map(one, tree)
 
 
 def shard_batch(batch: dict, mesh: Mesh, axes=("data", "fsdp")):
@@ -44,18 +63,26 @@ def shard_batch(batch: dict, mesh: Mesh, axes=("data", "fsdp")):
 
 
 def local_view(tree):
-    """A process-local copy of fully replicated global arrays (identity in a single process)."""
-    if not is_multiprocess():
+    """Under ``jax.distributed``, a copy of ``tree`` on this process's first device: sharded
+    arrays (FSDP parameters) are all-gathered first, in one program over their mesh. Collective:
+    every process calls it with the same tree. Identity otherwise."""
+    if not is_distributed():
         return tree
+    spread = [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1]
+    if any(not x.sharding.is_fully_replicated for x in spread):
+        tree = _gather(spread[0].sharding.mesh)(tree)
 
     def one(x):
-        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        if not isinstance(x, jax.Array) or len(x.sharding.device_set) == 1:
             return x
-        if not x.sharding.is_fully_replicated:
-            raise ValueError(f"local_view needs replicated arrays; got sharding {x.sharding}")
         return x.addressable_data(0)
 
     return jax.tree.map(one, tree)
+
+
+@functools.cache
+def _gather(mesh: Mesh):
+    return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def checksum(tree) -> str:
