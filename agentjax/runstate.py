@@ -125,12 +125,15 @@ class RunState:
         )
         mesh = self.placement.learner_mesh.shape
         split = mesh.get("data", 1) * mesh.get("fsdp", 1)
-        if learner_rows(run) % split:
-            raise runconfig.ConfigError(
-                f"the learner batch's {learner_rows(run)} rows (rl.batch_size, x caps.max_tool_calls "
-                f"under a context policy) must split evenly over placement.learner_mesh data x fsdp "
-                f"= {split}: pick a multiple of {split}"
-            )
+        for what, rows in (
+            ("the learner batch's", learner_rows(run)),  # rl.batch_size (x turns: context policy)
+            ("warm_start.batch_size's", run.warm_start.batch_size if run.warm_start.steps else 0),
+        ):
+            if rows % split:
+                raise runconfig.ConfigError(
+                    f"{what} {rows} rows must split evenly over placement.learner_mesh data x "
+                    f"fsdp = {split} (data parallel): pick a multiple of {split}"
+                )
         self.sync = SyncStats()
         self.tx = make_optimizer(run.optim)
         transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
@@ -182,6 +185,11 @@ class RunState:
         if run.scheduler.engine_slots:  # the slot engine; same trajectories as Rollout in exact mode
             self.worker.engine = Engine(self.sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
             self.worker.pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
+
+    def on_mesh(self, state):
+        """``state`` with its process-local leaves (step counter, rng, optimizer counts) placed on
+        the learner mesh under ``jax.distributed``; as it is otherwise."""
+        return multihost.globalize(state, self.placement.learner_mesh)
 
     def attach(self, scheduler) -> None:
         """Starts driving ``scheduler`` (fresh or restored): publishes the learner's current
@@ -317,6 +325,7 @@ def evaluate_heldout(r: RunState, params, version: int) -> dict:
         audit_fn=p.suite.audit_fn,
         planted=p.suite.planted,
         seed=EVAL_SEED,
+        exchange=r.worker.exchange,  # several processes: each evaluates its share
     )
 
 

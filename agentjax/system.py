@@ -56,7 +56,7 @@ from agentjax.sharding import multihost, param_shardings, shard_params
 from agentjax.tasks import model as task_model
 
 
-def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
+def warm_start(parts: Parts, params, log, mesh=None) -> tuple[Any, dict]:
     ws = parts.run.warm_start
     if ws.steps == 0:
         return params, {}
@@ -73,6 +73,7 @@ def warm_start(parts: Parts, params, log) -> tuple[Any, dict]:
         seed=parts.run.seed,
         log_every=max(ws.steps // 5, 1),
         log=log,
+        place=None if mesh is None else lambda b: multihost.shard_batch(b, mesh),  # data parallel
     )
     return params, {
         "warm_start/nll_first": losses[0],
@@ -171,7 +172,7 @@ def train(
             task_model.save_source(parts.policy, os.path.join(workdir, task_model.SOURCE_DIR))
         demo = parts.suite.baseline()
         log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
-        params, ws = warm_start(parts, params0, log)
+        params, ws = warm_start(parts, params0, log, r.placement.learner_mesh)
         e0 = evaluate_heldout(r, multihost.local_view(params), 0)
         log(f"warm start held-out success {e0['eval/success']:.3f}")
         header = {
@@ -182,9 +183,7 @@ def train(
         }
         if r.writer:
             files.write_rows(r.metrics_path, [{"step": 0, "header": header, **e0}])
-        r.state = init_train_state(params, r.tx, run.seed)
-        if multihost.is_distributed():  # the step counter, rng, optimizer counts onto the mesh
-            r.state = multihost.globalize(r.state, r.placement.learner_mesh)
+        r.state = r.on_mesh(init_train_state(params, r.tx, run.seed))
         if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume
             r.ref_params = r.state.params
             ckpt.save_checkpoint(refdir, 0, r.ref_params)

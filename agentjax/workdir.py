@@ -23,7 +23,6 @@ from agentjax.runstate import RunState, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor
-from agentjax.sharding import multihost
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
@@ -158,7 +157,7 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
             log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
         r.journal.truncate(meta["journaled"])
     r.journal_count = meta["journaled"]
-    r.state = multihost.globalize(restored.state, r.placement.learner_mesh)
+    r.state = r.on_mesh(restored.state)
     evals = [json.loads(ln) for ln in text.splitlines()]
     evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
     log(f"resumed from step {step} ({ckdir})")

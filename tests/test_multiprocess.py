@@ -172,6 +172,9 @@ def test_learner_rows_that_do_not_split_over_the_mesh_fail_at_start(tmp_path):
     from tests.runs import tiny_config
 
     cfg = tiny_config("default", placement__learner_mesh__fsdp=3)  # 16 rows over 3 devices
-    with pytest.raises(ConfigError, match=r"16 rows .* data x fsdp = 3: pick a multiple of 3"):
+    with pytest.raises(ConfigError, match=r"learner batch's 16 rows .* fsdp = 3 .* multiple of 3"):
+        system.train(cfg, str(tmp_path), log=lambda s: None)
+    cfg = tiny_config("default", placement__learner_mesh__fsdp=4, warm_start__batch_size=6)
+    with pytest.raises(ConfigError, match=r"warm_start.batch_size's 6 rows .* fsdp = 4"):
         system.train(cfg, str(tmp_path), log=lambda s: None)
     assert not os.path.exists(tmp_path / "metrics.jsonl")

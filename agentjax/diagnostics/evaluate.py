@@ -32,18 +32,54 @@ def evaluate(
     audit_fn: Callable | None = None,
     planted: Callable[[Any], bool] | None = None,
     seed: int = 0,
+    exchange=None,
 ) -> dict[str, float]:
-    """Success rate (label ``pass``) of ``params`` on ``tasks`` with its Wilson 95% interval."""
-    envs = [make_env() for _ in tasks]
+    """Success rate (label ``pass``) of ``params`` on ``tasks`` with its Wilson 95% interval.
+
+    ``exchange`` (a :class:`~agentjax.sharding.exchange.Exchange`, several processes): each
+    process runs its share of the tasks and every process gets every episode's result; task ``i``
+    samples from seed ``seed + i`` wherever it runs, so the metrics equal one process's."""
+
+    def run(idx: list[int]) -> list[tuple]:
+        return _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed)
+
+    idx = list(range(len(tasks)))
+    return _metrics(exchange.split(idx, run) if exchange is not None else run(idx))
+
+
+def _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed):
+    """(trajectory, verdict or None, audit or None, planted or None) per task in ``idx``."""
+    envs = [make_env() for _ in idx]
     specs = [
-        EpisodeSpec(e, t, seed + i, str(getattr(t, "task_id", i)), str(getattr(t, "task_class", "default")))
-        for i, (e, t) in enumerate(zip(envs, tasks, strict=True))
+        EpisodeSpec(
+            e,
+            tasks[i],
+            seed + i,
+            str(getattr(tasks[i], "task_id", i)),
+            str(getattr(tasks[i], "task_class", "default")),
+        )
+        for i, e in zip(idx, envs, strict=True)
     ]
     ro = Rollout(sampler, codec, caps, specs)
     ro.start(params, version)
     ro.advance(params, version, jax.random.key(seed))
-    trajs = [r.result for r in ro.rows]
-    verdicts = [r.final.verdict if r.final is not None and r.final.done else None for r in ro.rows]
+    out = []
+    for i, e, r in zip(idx, envs, ro.rows, strict=True):
+        v = r.final.verdict if r.final is not None and r.final.done else None
+        judged = v is not None
+        out.append(
+            (
+                r.result,
+                v,
+                audit_fn(tasks[i], e) if judged and audit_fn is not None else None,
+                planted(tasks[i]) if judged and planted is not None else None,
+            )
+        )
+    return out
+
+
+def _metrics(episodes: list[tuple]) -> dict[str, float]:
+    trajs = [t for t, _, _, _ in episodes]
     passed = sum(t.label == Label.PASS.value for t in trajs)
     lo, hi = wilson_interval(passed, len(trajs))
     out = {
@@ -57,15 +93,19 @@ def evaluate(
         out[f"eval/label/{label}"] = n / len(trajs)
     for reason, n in Counter(t.stop_reason.value for t in trajs).items():
         out[f"eval/stop/{reason}"] = n / len(trajs)
-    judged = [(v, e, t) for v, e, t in zip(verdicts, envs, tasks, strict=True) if v is not None]
-    if audit_fn is not None and judged:
-        audits = [audit_fn(t, e) for _, e, t in judged]
-        out.update({"eval/" + k: v for k, v in audit_metrics([v for v, _, _ in judged], audits).items()})
-    if planted is not None and judged:
+    judged = [(v, a, p) for _, v, a, p in episodes if v is not None]
+    if judged and judged[0][1] is not None:
         out.update(
             {
                 "eval/" + k: v
-                for k, v in hack_rate([v for v, _, _ in judged], [planted(t) for _, _, t in judged]).items()
+                for k, v in audit_metrics([v for v, _, _ in judged], [a for _, a, _ in judged]).items()
+            }
+        )
+    if judged and judged[0][2] is not None:
+        out.update(
+            {
+                "eval/" + k: v
+                for k, v in hack_rate([v for v, _, _ in judged], [p for _, _, p in judged]).items()
             }
         )
     return out

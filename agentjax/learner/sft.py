@@ -49,8 +49,12 @@ def sft_train(
     seed: int,
     log_every: int = 0,
     log=print,
+    place=None,
 ):
-    """Adam on the mean negative log-likelihood of the action tokens; returns ``(params, losses)``."""
+    """Adam on the mean negative log-likelihood of the action tokens; returns ``(params, losses)``.
+
+    ``place(batch) -> batch``: puts each batch of host rows on the devices (the training loop
+    splits its rows over the learner mesh: data parallel); None: ``jnp.asarray``."""
     cfg = config.replace(exact_tile=0)  # the standard kernels: same function, cheaper gradient
     tx = optax.chain(
         optax.clip_by_global_norm(1.0),
@@ -79,7 +83,9 @@ def sft_train(
     n, losses = rows["tokens"].shape[0], []
     for s in range(steps):
         idx = rng.choice(n, batch_size, replace=n < batch_size)
-        params, opt, loss = step(params, opt, {k: jnp.asarray(v[idx]) for k, v in rows.items()})
+        batch = {k: v[idx] for k, v in rows.items()}
+        batch = place(batch) if place is not None else jax.tree.map(jnp.asarray, batch)
+        params, opt, loss = step(params, opt, batch)
         losses.append(float(loss))
         if log_every and (s % log_every == 0 or s == steps - 1):
             log(f"warm start step {s:4d}  nll {losses[-1]:.4f}")

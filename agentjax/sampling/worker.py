@@ -29,7 +29,6 @@ from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.queue import RoundResult, WorkItem
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
-from agentjax.sharding.exchange import Exchange
 
 
 @dataclasses.dataclass
@@ -48,7 +47,7 @@ class SamplerWorker:
     engine: Engine | None = None  # set: episodes run on the slot engine, envs on ``pool``
     pool: EnvPool | None = None
     engine_totals: dict = dataclasses.field(default_factory=dict)  # EngineRollout.metrics, summed
-    exchange: Exchange | None = None  # set: this process runs its share of every call's rounds
+    exchange: Any = None  # sharding.exchange.Exchange: this process runs its share of each call
 
     def engine_report(self) -> dict:
         """The slot engine's totals over every round: tokens, chunks, slot occupancy, evictions,

@@ -3,6 +3,8 @@ jax.distributed's coordination service): every process gets every result in orde
 on exactly one process, a silent peer fails the call with PeerError naming it, and keys do not
 pile up in the store."""
 
+import json
+import pickle
 import random
 import threading
 
@@ -94,3 +96,38 @@ def test_a_silent_peer_fails_the_call_naming_it(monkeypatch):
     p, e = errors[0]
     assert p == 0 and isinstance(e, PeerError)
     assert "process 1 of 2 sent nothing for exchange 0" in str(e) and "--resume" in str(e)
+
+
+class InTurn:
+    """An Exchange stand-in: every process's share run here in turn, results through pickle."""
+
+    def __init__(self, count):
+        self.count, self.items = count, 0
+
+    def split(self, items, run):
+        self.items += len(items)
+        out = [None] * len(items)
+        for p in range(self.count):
+            mine = list(range(p, len(items), self.count))
+            for i, r in zip(mine, pickle.loads(pickle.dumps(run([items[i] for i in mine]))), strict=True):
+                out[i] = r
+        return out
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_heldout_evaluation_split_over_processes_equals_one_process(tmp_path, count):
+    import jax
+
+    from agentjax import runconfig
+    from agentjax.policy.model import init_params
+    from agentjax.runstate import RunState, build, evaluate_heldout
+    from tests.runs import tiny_config
+
+    parts = build(runconfig.parse(tiny_config("default")))
+    r = RunState(parts, str(tmp_path), lambda s: None)
+    params = init_params(parts.model, jax.random.key(0))
+    whole = evaluate_heldout(r, params, 0)
+    r.worker.exchange = InTurn(count)
+    same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN == NaN
+    assert same(evaluate_heldout(r, params, 0), whole)
+    assert whole["eval/n"] == len(parts.heldout) == r.worker.exchange.items  # all went through it
