@@ -87,7 +87,7 @@ class Exchange:
                     f"process {p} of {self.count} sent nothing for exchange {n} within "
                     f"{self.timeout_s:.0f} s (placement.peer_timeout_s): it was killed, crashed or "
                     f"hangs; the run stops here, --resume continues from the last checkpoint "
-                    f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+                    f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
                 ) from None
             out.append(pickle.loads(blob))
         if n:  # every peer has posted exchange n, so it has read all of n-1: drop my n-1
