@@ -42,21 +42,20 @@ from agentjax.runstate import (
     RunState,
     build,
     evaluate_heldout,
-    progress_line,
-    summarise_run,
     task_dataset,
 )
+from agentjax.runsummary import progress_line, summarise_run
 from agentjax.sampling import snapshot
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.replay import ReplayExecutor, read_schedule, write_schedule
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
-from agentjax.sharding import multihost, param_shardings, shard_params
+from agentjax.sharding import multihost, param_shardings
 from agentjax.tasks import model as task_model
 
 
-def warm_start(parts: Parts, params, log, mesh=None) -> tuple[Any, dict]:
+def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict]:
     ws = parts.run.warm_start
     if ws.steps == 0:
         return params, {}
@@ -73,7 +72,7 @@ def warm_start(parts: Parts, params, log, mesh=None) -> tuple[Any, dict]:
         seed=parts.run.seed,
         log_every=max(ws.steps // 5, 1),
         log=log,
-        place=None if mesh is None else lambda b: multihost.shard_batch(b, mesh),  # data parallel
+        place=lambda b: multihost.shard_batch(b, mesh),  # rows split over data x fsdp
     )
     return params, {
         "warm_start/nll_first": losses[0],
@@ -268,7 +267,5 @@ def _initial_params(parts: Parts, placement):
     shardings = param_shardings(abstract_params(parts.model), placement.learner_mesh, placement.rules)
     if parts.policy.hf_path:  # each device reads its own slice (any number of processes)
         return task_model.load_params(parts.policy, shardings)
-    params0 = init_params(parts.model, jax.random.key(parts.run.seed))
-    if multihost.is_distributed():  # FSDP over every process's devices: each fills its shards
-        return multihost.to_global(jax.device_get(params0), shardings)
-    return shard_params(params0, placement.learner_mesh, placement.rules)
+    params0 = init_params(parts.model, jax.random.key(parts.run.seed))  # each device fills its shards
+    return multihost.to_global(jax.device_get(params0), shardings)  # over every process's devices

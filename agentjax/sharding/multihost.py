@@ -50,7 +50,7 @@ def globalize(tree, mesh: Mesh):
     def one(x):
         if isinstance(x, jax.Array) and x.sharding.device_set == on_mesh:
             return x
-        return to_global(np.asarray(jax.device_get(x)), NamedSharding(mesh, PartitionSpec()))
+        return to_global(jax.device_get(x), NamedSharding(mesh, PartitionSpec()))
 
     return jax.tree.map(one, tree)
 

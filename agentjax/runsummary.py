@@ -1,0 +1,89 @@
+"""What a run reports while and after it trains: the progress line and ``summary.json``'s body,
+read from a :class:`~agentjax.runstate.RunState` (which they never change)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from agentjax.runstate import RunState
+from agentjax.sharding import multihost
+
+
+def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
+    train_rows = [x for x in rows if "loss/total" in x]
+    last = train_rows[-1] if train_rows else {}
+    ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
+    recs = scheduler.records
+    masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
+    real = r.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
+    return (
+        f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
+        f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
+        f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
+        f"{_dropped(recs)}"
+        f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
+        f"{_engine_figures(r.worker)}{time.perf_counter() - r.wall0:.0f}s"
+    )
+
+
+def _dropped(recs) -> str:
+    """Dynamic sampling's share of submissions dropped as uniform groups ('' when none)."""
+    n = sum(rec.terminal is not None and rec.terminal.value == "filtered" for rec in recs)
+    return f"dropped {n / len(recs):.3f} | " if n else ""
+
+
+def _engine_figures(worker) -> str:
+    """The slot engine's throughput, slot occupancy and env-pool utilisation so far ('' without)."""
+    if worker.engine is None or not worker.engine_totals:
+        return ""
+    e = worker.engine_report()
+    return (
+        f"engine {e['tokens_per_s']:.0f} tok/s occ {e['slot_occupancy']:.2f} "
+        f"pool {e['env_pool'].get('utilisation', 0.0):.2f} | "
+    )
+
+
+def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
+    from agentjax.diagnostics.metrics import (  # noqa: PLC0415
+        cost_ledger,
+        env_pool_report,
+        measured_cost_ledger,
+        summarise,
+    )
+
+    s = summarise(runlog, long_classes=None)  # fast-first bias over minirepo's own classes
+    ledger = measured_cost_ledger(runlog.records, r.scheduler.traj, r.train_wall)
+    virtual = cost_ledger(runlog.records, len(runlog.step_end_times), r.parts.run.scheduler.learner_step_time)
+    pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0, runlog.elapsed)
+    return {
+        "header": header,
+        "final_eval": last_eval,
+        "scheduler": _jsonable(s),
+        "cost_ledger": _jsonable(ledger),
+        "cost_ledger_virtual": _jsonable(virtual),
+        # infra faults the retry policy sent back (resubmitted or queued to be)
+        "retries": sum(len(getattr(r.scheduler, k, ())) for k in ("retry_of", "retry_queue")),
+        "env_pool": _jsonable(pool),
+        "params_sha256": multihost.checksum(r.state.params),
+        "process_count": jax.process_count(),
+        "weight_sync": dataclasses.asdict(r.sync),
+        "wall_seconds": time.perf_counter() - r.wall0,
+    }
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if dataclasses.is_dataclass(x):
+        return _jsonable(dataclasses.asdict(x))
+    return x if isinstance(x, (int, float, str, bool, type(None))) else str(x)
