@@ -56,6 +56,10 @@ def test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes(t
     assert simulated > 0.1  # seconds of simulated tool latency per step (long-tailed)
     assert pool["service_mean"] >= 0.01 * simulated * 0.9  # each step waited its scaled latency
     assert pool["in_flight_measured"] > 0 and pool["littles_law_rel_error"] < 0.05
+    # continuous admission: rounds the scheduler submitted while episodes ran joined that call
+    # (each result was delivered as its episode ended, not when the call's longest one did)
+    assert summary["engine"]["joined_running"] > 0
+    assert summary["realtime"]["rounds_per_call"] > 16, summary["realtime"]
 
 
 def _episodes(workdir):
@@ -67,9 +71,12 @@ def _episodes(workdir):
     return sorted(out, key=lambda e: e[0])
 
 
-def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
+@pytest.mark.parametrize("engine_slots", [0, 8], ids=["lock-step", "slot-engine"])
+def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path, engine_slots):
     """launch.train --replay=W: the recorded delivery order of a real-time run re-executed gives
-    the same episodes (tokens, log-probs, per-token versions) and the same final parameters."""
+    the same episodes (tokens, log-probs, per-token versions) and the same final parameters. On
+    the slot engine the real run admits rounds into the running call and several versions share
+    its slots; the replay runs each round in a call of its own."""
     # a short warm start passes some episodes and dynamic sampling (the default's) trains the
     # mixed groups: the learner steps move the weights
     kw = dict(
@@ -79,6 +86,7 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
         warm_start__episodes=256,
         scheduler__uniform_groups="drop",
         scheduler__drop_budget=64,
+        scheduler__engine_slots=engine_slots,
     )
     first, rows = _train(tmp_path / "real", **kw)
     assert any(r["batch/all_same_groups"] < r["batch/groups"] for r in rows)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,8 +58,26 @@ class Paused:
     slot_row: Any = None  # ``keep``: the slot's one-row state (KV cache); ``recompute``: None
 
 
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """An episode (new, or paused to resume) joining an :meth:`EngineRollout.run` call, with the
+    weights and version it runs under, its round budget (None: none) and resume mode."""
+
+    episode: EpisodeSpec | Paused | None
+    params: Any
+    version: int
+    round_budget: int | None = None
+    resume: ResumeMode = ResumeMode.RECOMPUTE
+
+    @property
+    def keep(self) -> bool:
+        return self.resume == ResumeMode.KEEP
+
+
 class EngineRollout(Rollout):
     """Episodes run on ``engine`` slots, environments stepped on a pool."""
+
+    poll_s = 0.02  # with a feed: how often a step blocked on environments polls it
 
     def __init__(
         self,
@@ -76,9 +95,10 @@ class EngineRollout(Rollout):
         specs = [p.row.spec if isinstance(p, Paused) else p for p in episodes]
         super().__init__(engine.sampler, codec, caps, specs, context=context)
         self.engine, self.evict_after = engine, evict_after
-        self._resumed = {i: p for i, p in enumerate(episodes) if isinstance(p, Paused)}
-        for i, p in self._resumed.items():
-            self.rows[i] = p.row
+        self._episodes = list(episodes)
+        for i, p in enumerate(episodes):
+            if isinstance(p, Paused):
+                self.rows[i] = p.row
         self.paused: dict[int, Paused] = {}  # row -> its state, for rows this run paused
         self.metrics: dict[str, float] = {}
 
@@ -91,57 +111,75 @@ class EngineRollout(Rollout):
         *,
         round_budget: int | None = None,
         resume: ResumeMode | str = ResumeMode.RECOMPUTE,
+        feed: Callable[[], list[Admission]] | None = None,
+        on_done: Callable[[int, Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """Runs every episode to its end, or until it spends ``round_budget`` action tokens in this
         call (then it pauses: :attr:`paused`); returns the trajectories in episode order (a
-        paused one holds its turns so far, the unfinished action last)."""
-        e, n_slots, l = self.engine, self.engine.slots, self.engine.max_len
-        keep = ResumeMode.parse("resume", resume) == ResumeMode.KEEP
+        paused one holds its turns so far, the unfinished action last).
+
+        Continuous admission: ``feed`` is polled at every engine step and returns more episodes
+        for this call (:class:`Admission`: each with its own weights, version, budget and resume
+        mode); they take slots as slots free up, and the call ends when no episode is left and
+        ``feed`` returns none. ``on_done(row, trajectory)`` is called the moment a row ends or
+        pauses. Episodes of different versions share the slots: each engine step decodes (and
+        prefills) once per version present, the other slots masked, so every token is made by
+        its episode's own version and an episode's record is the one it gets alone.
+        """
+        e, n_slots = self.engine, self.engine.slots
         self.state = e.init()
-        owner = [-1] * n_slots  # slot -> row
+        self._owner = [-1] * n_slots  # slot -> row
         self._slot: dict[int, int] = {}  # row -> slot (absent: evicted, waiting or not admitted)
         self._stream: dict[int, np.ndarray] = {}  # row -> every token the model has seen
         self._routes: dict[int, np.ndarray | None] = {}
-        new = deque(i for i in range(len(self.rows)) if i not in self._resumed)  # to admit
-        back = deque()  # rows whose whole stream is prefilled when they get a slot
-        kept: dict[int, Any] = {}  # resumed rows under keep: their slot row
-        for i, p in self._resumed.items():
-            self._stream[i], self._routes[i] = p.stream, p.routes
-            if keep and p.slot_row is not None:
-                kept[i] = p.slot_row
-            else:  # recompute: the context and the action so far, under the weights of this call
-                self.rows[i].evicted = True
-            back.append(i)
-        spent = dict.fromkeys(range(len(self.rows)), 0)  # action tokens this call
-        budget = np.inf if not round_budget else round_budget
-        waiting: dict[int, float] = {}  # row -> when its environment step was submitted
+        self._new: deque[int] = deque()  # rows to admit
+        self._back: deque[int] = deque()  # rows whose whole stream is prefilled when they get a slot
+        self._kept: dict[int, Any] = {}  # resumed rows under keep: their slot row
+        self._run_of: dict[int, Admission] = {}  # row -> its weights, version, budget, resume
+        self._spent: dict[int, int] = {}  # row -> action tokens this call
+        self._open: set[int] = set()  # rows not yet ended or paused
+        self._waiting: dict[int, float] = {}  # row -> when its environment step was submitted
+        self._pending: dict[int, np.ndarray] = {}  # slot -> tokens to prefill at this step
+        self._fresh: list[int] = []  # slots to empty first (a new or rewritten context)
+        first = Admission(None, params, version, round_budget, ResumeMode.parse("resume", resume))
+        for i, ep in enumerate(self._episodes):
+            self._enqueue(i, dataclasses.replace(first, episode=ep))
         m = dict.fromkeys(
             (
                 "chunks",
+                "generate_calls",
                 "tokens",
                 "active_slot_chunks",
                 "held_slot_chunks",
                 "evictions",
+                "joined_running",
                 "generate_s",
                 "prefill_s",
                 "env_block_s",
             ),
             0.0,
         )
-        self._pending: dict[int, np.ndarray] = {}  # slot -> tokens to prefill at this step
-        self._fresh: list[int] = []  # slots to empty first (a new or rewritten context)
+        owner, waiting = self._owner, self._waiting
         t_start = time.perf_counter()
-        while new or back or waiting or any(o >= 0 for o in owner):
+        while True:
+            for adm in feed() if feed is not None else ():
+                m["joined_running"] += bool(self._open)  # a round joining episodes in flight
+                self.rows.append(adm.episode.row if isinstance(adm.episode, Paused) else _Row(adm.episode))
+                self._enqueue(len(self.rows) - 1, adm)
+            if not (self._new or self._back or waiting or any(o >= 0 for o in owner)):
+                if feed is None or not self._open:
+                    break
             for s in range(n_slots):  # a row that spent its round budget pauses, freeing its slot
                 o = owner[s]
-                if o >= 0 and o not in waiting and not self.rows[o].done and spent[o] >= budget:
-                    self._pause(o, e.take(self.state, s) if keep else None)
+                if o >= 0 and o not in waiting and not self.rows[o].done and self._spent_all(o):
+                    self._pause(o, e.take(self.state, s) if self._run_of[o].keep else None)
                     self._slot.pop(o)
                     owner[s] = -1
-            can_admit = (new or back) and (-1 in owner or self._evictable(waiting))
+            can_admit = (self._new or self._back) and (-1 in owner or self._evictable())
             blocking = not any(o >= 0 and o not in waiting for o in owner) and not can_admit
             t0 = time.perf_counter()
-            done = pool.collect(timeout=None if blocking else 0.0)
+            # with a feed, a blocked step wakes to poll it (new rounds arrive while envs run)
+            done = pool.collect(timeout=(self.poll_s if feed else None) if blocking else 0.0)
             m["env_block_s"] += time.perf_counter() - t0 if blocking else 0.0
             for d in done:
                 i = d.key
@@ -150,75 +188,35 @@ class EngineRollout(Rollout):
                 if env is not None:  # a process pool's step brings the stepped environment back
                     self.rows[i].spec.env = env
                 obs = self._env_result(i, res, err, wall)
-                self._observe(i, obs, back)
+                self._observe(i, obs, self._back)
             for s in range(n_slots):  # an ended episode frees its slot at once
                 if owner[s] >= 0 and self.rows[owner[s]].done:
                     self._slot.pop(owner[s], None)
                     owner[s] = -1
-            while owner.count(-1) < len(new) + len(back) and self._evictable(waiting):
-                i = min(self._evictable(waiting), key=lambda j: waiting[j])  # waited longest
+            while owner.count(-1) < len(self._new) + len(self._back) and self._evictable():
+                i = min(self._evictable(), key=lambda j: waiting[j])  # waited longest
                 owner[self._slot.pop(i)] = -1
                 self.rows[i].evicted, m["evictions"] = True, m["evictions"] + 1
             t1 = time.perf_counter()
-            for s in range(n_slots):
-                if owner[s] < 0 and (back or new):
-                    i = back.popleft() if back else self._admit(new.popleft())
-                    if i is None:
-                        continue
-                    if spent[i] >= budget:  # back from its environment with its budget spent
-                        self._pause(i, kept.pop(i, None))
-                        continue
-                    if i in kept:
-                        self.state = e.insert(kept.pop(i), self.state, s)
-                    else:
-                        self._fresh.append(s)
-                        self._pending[s] = self._stream[i]
-                    owner[s], self._slot[i] = i, s
-            if self._pending:  # every prompt, re-prefill and observation of this step: one call
+            self._admit_free_slots()
+            if self._pending:  # every prompt, re-prefill and observation of this step
                 if self._fresh:
                     self.state = e.clear(self.state, self._fresh)
-                self.state = e.extend(params, self.state, self._pending, version=version)
+                for run, slots in self._by_version(self._pending):
+                    inputs = {s: self._pending[s] for s in slots}
+                    self.state = e.extend(run.params, self.state, inputs, version=run.version)
                 self._pending, self._fresh = {}, []
             m["prefill_s"] += time.perf_counter() - t1
+            self._deliver(on_done)
             active = [o >= 0 and o not in waiting and not self.rows[o].done for o in owner]
             if not any(active):
                 continue
-            remaining = np.zeros(n_slots, np.int64)
-            seeds, turns = np.zeros(n_slots, np.uint32), np.zeros(n_slots, np.uint32)
-            for s, o in enumerate(owner):
-                if active[s]:
-                    r = self.rows[o]
-                    room = l - self._stream[o].size
-                    left = min(self.caps.max_action_tokens - len(r.gen["tok"]), room, budget - spent[o])
-                    remaining[s] = max(left, 0)
-                    seeds[s], turns[s] = r.spec.seed, len(r.turns)
-            t1 = time.perf_counter()
-            self.state, span = e.generate(
-                params, self.state, _row_keys(rng, seeds, turns), remaining, version=version
-            )
-            recs = e.records(self.state, span)
-            dt = time.perf_counter() - t1
-            n_tok = sum(rec.tokens.size for rec in recs)
             m["chunks"] += 1
-            m["tokens"] += n_tok
-            m["generate_s"] += dt
             m["active_slot_chunks"] += sum(active)
             m["held_slot_chunks"] += sum(o >= 0 and o in waiting for o in owner)
-            for s, o in enumerate(owner):
-                if not active[s] or recs[s].tokens.size == 0:
-                    continue
-                self._record(o, recs[s], dt * recs[s].tokens.size / max(n_tok, 1))
-                spent[o] += recs[s].tokens.size
-                r = self.rows[o]
-                turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
-                if recs[s].status == Status.FULL:
-                    self._close_turn(o, [])
-                    r.done, r.stop = True, StopReason.TASK_CAP
-                elif recs[s].status == Status.STOPPED or turn_full:
-                    text = self._action_text(o)
-                    if text is not None:
-                        waiting[o] = time.perf_counter()
-                        pool.submit(o, env_call, r.spec.env, text)
+            for run, slots in self._by_version([s for s in range(n_slots) if active[s]]):
+                self._generate(run, slots, rng, pool, m)
+            self._deliver(on_done)
         wall = time.perf_counter() - t_start
         m["wall_s"] = wall
         m["slot_occupancy"] = m["active_slot_chunks"] / max(m["chunks"] * n_slots, 1)
@@ -227,11 +225,104 @@ class EngineRollout(Rollout):
         m["trajectories_per_s"] = len(self.rows) / max(wall, 1e-9)
         m["paused"] = len(self.paused)
         self.metrics = m
-        for i, r in enumerate(self.rows):
-            r.result = self._paused_trajectory(i) if i in self.paused else self._trajectory(r)
+        self._deliver(on_done)
         return [r.result for r in self.rows]
 
     # -- internals ---------------------------------------------------------------------------
+    def _enqueue(self, i: int, adm: Admission) -> None:
+        """Row ``i`` joins this call: new (admitted into a slot when one frees), or a paused one
+        (its kept slot row, or its whole stream re-prefilled under ``adm``'s weights)."""
+        self._run_of[i], self._spent[i] = adm, 0
+        self._open.add(i)
+        p = adm.episode
+        if not isinstance(p, Paused):
+            self._new.append(i)
+            return
+        self._stream[i], self._routes[i] = p.stream, p.routes
+        if adm.keep and p.slot_row is not None:
+            self._kept[i] = p.slot_row
+        else:  # recompute: the context and the action so far, under the weights of this call
+            self.rows[i].evicted = True
+        self._back.append(i)
+
+    def _spent_all(self, i: int) -> bool:
+        budget = self._run_of[i].round_budget
+        return bool(budget) and self._spent[i] >= budget
+
+    def _admit_free_slots(self) -> None:
+        for s in range(self.engine.slots):
+            if self._owner[s] >= 0 or not (self._back or self._new):
+                continue
+            i = self._back.popleft() if self._back else self._admit(self._new.popleft())
+            if i is None:
+                continue
+            if self._spent_all(i):  # back from its environment with its budget spent
+                self._pause(i, self._kept.pop(i, None))
+                continue
+            if i in self._kept:
+                self.state = self.engine.insert(self._kept.pop(i), self.state, s)
+            else:
+                self._fresh.append(s)
+                self._pending[s] = self._stream[i]
+            self._owner[s], self._slot[i] = i, s
+
+    def _by_version(self, slots) -> list[tuple[Admission, list[int]]]:
+        """``slots`` grouped by the weights their episodes run under (first-seen order)."""
+        groups: dict[tuple, tuple[Admission, list[int]]] = {}
+        for s in slots:
+            run = self._run_of[self._owner[s]]
+            groups.setdefault((run.version, id(run.params)), (run, []))[1].append(s)
+        return list(groups.values())
+
+    def _generate(self, run: Admission, slots: list[int], rng, pool: EnvPool, m: dict) -> None:
+        """One chunk for ``slots`` (one version's episodes; the other slots masked)."""
+        e, owner = self.engine, self._owner
+        remaining = np.zeros(e.slots, np.int64)
+        seeds, turns = np.zeros(e.slots, np.uint32), np.zeros(e.slots, np.uint32)
+        for s in slots:
+            r = self.rows[owner[s]]
+            room = e.max_len - self._stream[owner[s]].size
+            budget = run.round_budget or np.inf
+            left = min(self.caps.max_action_tokens - len(r.gen["tok"]), room, budget - self._spent[owner[s]])
+            remaining[s] = max(left, 0)
+            seeds[s], turns[s] = r.spec.seed, len(r.turns)
+        t1 = time.perf_counter()
+        self.state, span = e.generate(
+            run.params, self.state, _row_keys(rng, seeds, turns), remaining, version=run.version
+        )
+        recs = e.records(self.state, span)
+        dt = time.perf_counter() - t1
+        n_tok = sum(recs[s].tokens.size for s in slots)
+        m["generate_calls"] += 1
+        m["tokens"] += n_tok
+        m["generate_s"] += dt
+        for s in slots:
+            o = owner[s]
+            if recs[s].tokens.size == 0:
+                continue
+            self._record(o, recs[s], dt * recs[s].tokens.size / max(n_tok, 1))
+            self._spent[o] += recs[s].tokens.size
+            r = self.rows[o]
+            turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
+            if recs[s].status == Status.FULL:
+                self._close_turn(o, [])
+                r.done, r.stop = True, StopReason.TASK_CAP
+            elif recs[s].status == Status.STOPPED or turn_full:
+                text = self._action_text(o)
+                if text is not None:
+                    self._waiting[o] = time.perf_counter()
+                    pool.submit(o, env_call, r.spec.env, text)
+
+    def _deliver(self, on_done) -> None:
+        """Rows that ended or paused get their record (and ``on_done`` is told) at once."""
+        for i in sorted(self._open):
+            r = self.rows[i]
+            if i in self.paused or (r.done and i not in self._waiting):
+                self._open.discard(i)
+                r.result = self._paused_trajectory(i) if i in self.paused else self._trajectory(r)
+                if on_done is not None:
+                    on_done(i, r.result)
+
     def _pause(self, i: int, slot_row) -> None:
         """Row ``i`` spent its round budget: it stops here, resumable."""
         r = self.rows[i]
@@ -249,12 +340,12 @@ class EngineRollout(Rollout):
         t.final_reward, t.label = 0.0, None
         return t
 
-    def _evictable(self, waiting: dict[int, float]) -> list[int]:
+    def _evictable(self) -> list[int]:
         """Episodes holding a slot while their environment runs, evictable by ``evict_after``."""
         if self.evict_after is None:
             return []
         now = time.perf_counter()
-        return [i for i, t in waiting.items() if i in self._slot and now - t >= self.evict_after]
+        return [i for i, t in self._waiting.items() if i in self._slot and now - t >= self.evict_after]
 
     def _admit(self, i: int) -> int | None:
         """Resets row ``i``'s environment; its prompt becomes its stream (None: it cannot run)."""

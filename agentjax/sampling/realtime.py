@@ -3,9 +3,12 @@
 Rollout rounds and learner steps run at the same time on two threads, and the scheduler's modes
 act on real events:
 
-* a **sampler thread** takes every round submitted so far and runs them as one call of
-  ``worker.run_rounds`` (the slot engine or lock-step ``Rollout``); rounds submitted while a call
-  runs join the next one, so the batch refills as episodes finish;
+* a **sampler thread** runs the rounds. On the slot engine (``worker.streams``) it is one
+  continuous call (``worker.stream_rounds``): a round submitted while it runs joins at the next
+  engine step and takes a slot as one frees, and each round's result is delivered the moment
+  its episode ends, so a long-tailed episode holds only its own slot. Lock-step ``Rollout`` (and
+  a multi-process worker) runs every round submitted so far as one ``worker.run_rounds`` call;
+  rounds submitted meanwhile join the next call;
 * a **learner thread** runs the learner jobs (one at a time, in submission order);
 * results are delivered in the order they finish (:meth:`next` blocks on them).
 
@@ -104,7 +107,11 @@ class RealtimeExecutor:
             for r in batch:
                 by_worker[id(r[1])].append(r)
             for group in by_worker.values():
-                self._run(group[0][1], group)
+                worker = group[0][1]
+                if getattr(worker, "streams", False):
+                    self._stream(worker, group)
+                else:
+                    self._run(worker, group)
 
     def _run(self, worker, group) -> None:
         t0 = self.now()
@@ -121,6 +128,39 @@ class RealtimeExecutor:
         self.rounds_run += len(group)
         for (ticket, _, _), res in zip(group, results, strict=True):
             self._done.put((ticket, res))
+
+    def _stream(self, worker, first) -> None:
+        """Continuous admission: one streaming call of ``worker`` (the slot engine) takes every
+        round submitted to it while it runs and delivers each result as its episode ends."""
+        t0 = self.now()
+        waiting, taken = list(first), set()
+
+        def take():
+            nonlocal waiting
+            with self._cv:
+                more = [r for r in self._rounds if r[1] is worker]
+                self._rounds = [r for r in self._rounds if r[1] is not worker]
+                new = [(t, item) for t, _, item in waiting + more if t in self._live]  # cancelled: not run
+            waiting = []
+            taken.update(t for t, _ in new)
+            return new
+
+        def deliver(ticket, result) -> None:
+            taken.discard(ticket)
+            self.rounds_run += 1
+            self._done.put((ticket, result))
+
+        try:
+            worker.stream_rounds(take, deliver)
+            self._failures = 0
+        except Exception as e:  # noqa: BLE001 - a failed call fails its open rounds, not the run
+            self._failures += 1
+            if self._failures >= self.max_consecutive_failures:
+                e = RuntimeError(f"{self._failures} rollout calls failed in a row: {e!r}")
+            for ticket in sorted(taken):
+                self._done.put((ticket, Failure(e)))
+        self.intervals["sampler"].append((t0, self.now()))
+        self.round_calls += 1
 
     # -- the scheduler's side ------------------------------------------------------------------
     def cancel(self, ticket: int) -> None:

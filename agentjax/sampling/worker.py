@@ -24,9 +24,9 @@ import jax
 from agentjax.policy.codec import Codec
 from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.engine import Engine
-from agentjax.sampling.engine_rollout import EngineRollout
+from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool
-from agentjax.sampling.queue import RoundResult, WorkItem
+from agentjax.sampling.queue import ResumeMode, RoundResult, WorkItem
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout, bucket
 from agentjax.sampling.sampler import Sampler
 
@@ -102,29 +102,78 @@ class SamplerWorker:
         before = {i: _progress(it.state) for i, it in enumerate(items)}
         for (version, budget, resume), idx in sorted(by_version.items()):
             episodes = [items[i].state or self._spec(items[i]) for i in idx]
-            kw = {} if self.context is None else {"context": self.context}
             params, behaviour = self.params[version]
             if self.engine is not None:
-                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **kw)
+                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **self._context_kw())
                 ro.run(params, behaviour, self.rng, self.pool, round_budget=budget, resume=resume)
-                for k, v in ro.metrics.items():
-                    if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s", "trajectories_per_s"):
-                        self.engine_totals[k] = self.engine_totals.get(k, 0.0) + v
+                self._add_totals(ro.metrics)
             else:
+                kw = self._context_kw()
                 ro = Rollout(self.sampler, self.codec, self.caps, episodes, pad_to=bucket(len(idx)), **kw)
                 ro.start(params, behaviour)
                 ro.advance(params, behaviour, self.rng)
             for j, (i, row) in enumerate(zip(idx, ro.rows, strict=True)):
-                t = row.result
-                tok0, env0 = before[i]  # a resumed round's duration counts this round only
-                gen = (t.num_action_tokens - tok0) * self.gen_seconds_per_token
-                env = float(t.timings.get("env", 0.0)) - env0
-                t.timings["generation_virtual"] = gen
-                state = getattr(ro, "paused", {}).get(j)
-                out[i] = RoundResult(
-                    state=state, trajectory=t, duration=gen + env, generation_time=gen, env_time=env
-                )
+                out[i] = self._result(row.result, before[i], getattr(ro, "paused", {}).get(j))
         return out  # type: ignore[return-value]
+
+    @property
+    def streams(self) -> bool:
+        """Whether :meth:`stream_rounds` can run this worker's rounds (the slot engine, one
+        process; several processes split each call's rounds instead)."""
+        return self.engine is not None and self.exchange is None
+
+    def stream_rounds(
+        self,
+        take: Callable[[], list[tuple[int, WorkItem]]],
+        deliver: Callable[[int, RoundResult], None],
+    ) -> None:
+        """Runs rounds on one continuous slot-engine call as they are submitted: ``take()`` is
+        polled at every engine step for newly submitted ``(ticket, round)`` pairs, which take
+        slots as slots free up (at their own versions: see :meth:`EngineRollout.run`), and
+        ``deliver(ticket, result)`` gets each round's result the moment its episode ends or
+        pauses. Returns when no round is running and ``take`` gives none."""
+        ro = EngineRollout(self.engine, self.codec, self.caps, [], **self._context_kw())
+        tickets: dict[int, tuple[int, tuple[int, float]]] = {}  # row -> (ticket, progress before)
+
+        def feed() -> list[Admission]:
+            out = []
+            for ticket, it in take():
+                params, behaviour = self.params[it.version]
+                tickets[len(ro.rows) + len(out)] = (ticket, _progress(it.state))
+                episode = it.state or self._spec(it)
+                out.append(
+                    Admission(
+                        episode, params, behaviour, it.round_budget, ResumeMode.parse("resume", it.resume)
+                    )
+                )
+            return out
+
+        def done(i: int, t) -> None:
+            ticket, before = tickets.pop(i)
+            deliver(ticket, self._result(t, before, ro.paused.get(i)))
+
+        try:
+            ro.run(None, 0, self.rng, self.pool, feed=feed, on_done=done)
+        finally:
+            self._add_totals(ro.metrics)
+
+    def _context_kw(self) -> dict:
+        return {} if self.context is None else {"context": self.context}
+
+    def _add_totals(self, metrics: dict) -> None:
+        for k, v in metrics.items():
+            if k not in ("slot_occupancy", "slot_held_waiting", "tokens_per_s", "trajectories_per_s"):
+                self.engine_totals[k] = self.engine_totals.get(k, 0.0) + v
+
+    def _result(self, t, before: tuple[int, float], state) -> RoundResult:
+        """A round's result: its trajectory, and its duration on the virtual clock (this round's
+        tokens x ``gen_seconds_per_token`` + its environment seconds; a resumed round counts its
+        own share only)."""
+        tok0, env0 = before
+        gen = (t.num_action_tokens - tok0) * self.gen_seconds_per_token
+        env = float(t.timings.get("env", 0.0)) - env0
+        t.timings["generation_virtual"] = gen
+        return RoundResult(state=state, trajectory=t, duration=gen + env, generation_time=gen, env_time=env)
 
     def _spec(self, item: WorkItem) -> EpisodeSpec:
         t = item.task

@@ -9,7 +9,7 @@ from agentjax.policy import init_params
 from agentjax.policy.codec import Codec
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.engine import Engine
-from agentjax.sampling.engine_rollout import EngineRollout
+from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool, RealLatency
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler
@@ -194,3 +194,42 @@ def test_partial_rollout_records_each_tokens_version_across_rounds(params, resum
         assert np.all(np.diff(v) >= 0)  # versions only move forward along an episode
         counts = np.bincount(v)
         assert counts.max() <= 2  # at most the round budget per round
+
+
+@pytest.mark.slow
+def test_rounds_fed_into_a_running_call_at_another_version_equal_their_own_runs(params):
+    """Continuous admission (``run(feed=..., on_done=...)``): 3 episodes start at version 1 on 2
+    slots; while they run, 3 more join at version 2 (other weights). Each episode is bitwise
+    the one it gets in a call of its own at its version (every token made by its own version),
+    and each is delivered the moment it ends, while others are still running."""
+    other = init_params(CFG, jax.random.key(1))
+    wrap = lambda e: RealLatency(e, 0.01)
+    want = {}
+    for p, v, specs in ((params, 1, _specs(6)[:3]), (other, 2, _specs(6)[3:])):
+        ref = EngineRollout(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), CAPS, specs)
+        with EnvPool(2, "thread") as pool:
+            want.update({t.task_id: t for t in ref.run(p, v, jax.random.key(7), pool)})
+    late = [Admission(s, other, 2) for s in _specs(6, wrap)[3:]]
+    polls, delivered = [], []
+
+    def feed():
+        polls.append(len(polls))
+        return [late.pop(0)] if len(polls) in (3, 5, 9) else []
+
+    r = EngineRollout(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), CAPS, _specs(6, wrap)[:3])
+    with EnvPool(2, "thread") as pool:
+        got = r.run(
+            params,
+            1,
+            jax.random.key(7),
+            pool,
+            feed=feed,
+            on_done=lambda i, t: delivered.append((i, len(r._open))),
+        )
+    assert not late and [t.task_id for t in got] == [f"t{i}" for i in range(6)]
+    for t in got:
+        _same(t, want[t.task_id])
+        assert {int(v) for turn in t.turns for v in turn.version} == {1 if t.task_id < "t3" else 2}
+    assert sorted(i for i, _ in delivered) == list(range(6))
+    assert any(still_open > 0 for _, still_open in delivered)  # delivered before the call ended
+    assert r.metrics["joined_running"] == 3 and r.metrics["generate_calls"] > r.metrics["chunks"]
