@@ -15,12 +15,21 @@ reserves for them, so every call is given that tail here).
   episodes than slots can be in flight); and the same without eviction (at most ``slots``
   episodes in flight, a waiting episode keeps its slot).
 
+Workloads (``--workload``): ``minirepo`` (above), or ``codefix``: the real sandbox, every
+environment step a real tool call in bubblewrap (``test``: pytest over the task's visible tests,
+``ls``, then ``submit``: the isolated verifier), so its latency is the sandbox's own, not a
+model. The agent's moves are scripted (:class:`Scripted`: a random-weights model makes no valid
+tool call, so each action, however it reads, runs the script's next call) and the model sees the
+first words of the real output; generation is the real model's. Needs root, ``bwrap`` and
+``setpriv`` (as codefix does).
+
 Exact mode: the two produce the same trajectories (checked). Reports trajectories/s, generated
 tokens/s, slot occupancy, env-pool utilisation, queue, latency and Little's law; writes
 ``benchmarks/results/engine.json``. Target (issue 15): slot engine >= 2.0x lock-step
 trajectories/s on the long-tailed environment.
 
     python benchmarks/engine.py [--episodes 48] [--slots 8] [--latency-scale 0.05]
+    python benchmarks/engine.py --workload codefix [--episodes 24] [--slots 8]
 """
 
 from __future__ import annotations
@@ -61,6 +70,52 @@ def specs(n: int, scale: float, first: int = 0) -> list[EpisodeSpec]:
         EpisodeSpec(
             RealLatency(minirepo.MinirepoEnv(env), scale),
             minirepo.generate(first + i, "train"),
+            first + i,
+            task_id=f"t{first + i}",
+            submit_index=i,
+        )
+        for i in range(n)
+    ]
+
+
+SCRIPT = ("test", "ls", "test", "submit")  # codefix: the scripted tool calls of every episode
+OPEN: list = []  # codefix environments, closed (workspaces unmounted) at exit
+
+
+class Scripted:
+    """A codefix environment whose tool calls follow ``SCRIPT`` whatever the action says; the
+    observation is the real output's first words, digits dropped (pytest's timings would make
+    two runs' observations differ)."""
+
+    def __init__(self, env):
+        self.env, self.k = env, 0
+
+    @staticmethod
+    def _short(text: str, words: int = 10) -> str:
+        return " ".join(text.translate(str.maketrans("", "", "0123456789")).split()[:words])
+
+    def reset(self, task, seed: int):
+        self.k = 0
+        return self._short(self.env.reset(task, seed))
+
+    def step(self, action_text: str):
+        call = SCRIPT[min(self.k, len(SCRIPT) - 1)]
+        self.k += 1
+        res = self.env.step(call)
+        return dataclasses.replace(res, observation=self._short(res.observation))
+
+
+def codefix_specs(n: int, first: int = 0) -> list[EpisodeSpec]:
+    from agentjax.envs.codefix import api
+    from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
+
+    names = api.list_tasks()
+    envs = [Scripted(CodefixEnv(EnvConfig(max_steps=len(SCRIPT)))) for _ in range(n)]
+    OPEN.extend(envs)
+    return [
+        EpisodeSpec(
+            envs[i],
+            api.load_task(names[(first + i) % len(names)]),
             first + i,
             task_id=f"t{first + i}",
             submit_index=i,
@@ -113,8 +168,12 @@ def main():
     ap.add_argument("--chunk", type=int, default=3)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--latency-scale", type=float, default=0.05)
-    ap.add_argument("--out", default="benchmarks/results/engine.json")
+    ap.add_argument("--workload", choices=("minirepo", "codefix"), default="minirepo")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/engine[_codefix].json")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = f"benchmarks/results/engine{'_codefix' if args.workload == 'codefix' else ''}.json"
+    make = (lambda n, scale, first=0: codefix_specs(n, first)) if args.workload == "codefix" else specs
     tok = WordTokenizer(minirepo.vocabulary())
     codec = Codec(tok)
     cfg = ModelConfig(**MODEL, vocab_size=tok.vocab_size)
@@ -123,17 +182,17 @@ def main():
     rng = jax.random.key(1)
     # warm-up (compilation) on other episodes, without waiting; every engine program
     Engine(sampler, slots=args.slots, chunk=args.chunk).warm_up(params)
-    lock_step(sampler, codec, params, specs(args.slots, 0.0, 10_000), args.slots, rng)
+    lock_step(sampler, codec, params, make(args.slots, 0.0, 10_000), args.slots, rng)
     slot_engine(
-        sampler, codec, params, specs(args.slots, 0.0, 10_000), args.slots, args.chunk, args.workers, rng
+        sampler, codec, params, make(args.slots, 0.0, 10_000), args.slots, args.chunk, args.workers, rng
     )
     load0 = os.getloadavg()
-    ref, ls = lock_step(sampler, codec, params, specs(args.episodes, args.latency_scale), args.slots, rng)
+    ref, ls = lock_step(sampler, codec, params, make(args.episodes, args.latency_scale), args.slots, rng)
     got, se = slot_engine(
         sampler,
         codec,
         params,
-        specs(args.episodes, args.latency_scale),
+        make(args.episodes, args.latency_scale),
         args.slots,
         args.chunk,
         args.workers,
@@ -143,7 +202,7 @@ def main():
         sampler,
         codec,
         params,
-        specs(args.episodes, args.latency_scale),
+        make(args.episodes, args.latency_scale),
         args.slots,
         args.chunk,
         args.workers,
@@ -164,7 +223,11 @@ def main():
             **vars(args),
             "model": MODEL,
             "caps": dataclasses.asdict(CAPS),
-            "latency": "lognormal(median 1 x task cost, sigma 1) per step, x scale",
+            "latency": (
+                "the sandbox's own (real tool calls: " + ", ".join(SCRIPT) + ")"
+                if args.workload == "codefix"
+                else "lognormal(median 1 x task cost, sigma 1) per step, x scale"
+            ),
         },
         "workload": {
             "episodes": len(ref),
@@ -208,6 +271,8 @@ def main():
         f"speed-up {speedup:.2f}x (target >= 2.0x: {'PASS' if speedup >= 2.0 else 'FAIL'}); "
         f"identical trajectories: {res['identical_trajectories']}"
     )
+    for env in OPEN:
+        env.env.close()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
