@@ -4,6 +4,9 @@
         r = EngineRollout(Engine(sampler, slots=8, chunk=8), codec, caps, specs)
         trajs = r.run(params, version, rng, pool)     # same Trajectory records as Rollout
 
+(One module, over 300 lines: the admission loop and its per-row helpers share the slot map,
+the streams and the waiting set of one call.)
+
 Episodes are admitted in order into free slots; every ``generate`` call advances each slot whose
 episode is mid-action by one chunk. An episode whose action ends hands it to the pool and waits:
 it keeps its slot (and KV cache) and is masked, and the others decode on while its environment
@@ -27,6 +30,12 @@ those tokens are mixed-version). Under ``recompute`` the next call re-prefills i
 (context and the action so far) with the weights then current, recorded as ``Turn.recomputed``.
 Every token keeps the version that produced it. With unchanged weights a paused and resumed
 episode is bitwise the one that never paused (``tests/sampling/test_engine_rollout.py``).
+
+Continuous admission (``run(..., feed=, on_done=)``, the real-time sampler's call): ``feed`` is
+polled at every engine step for more episodes (:class:`Admission`: each with its own weights,
+version, budget and resume mode), and ``on_done`` hears of each row as it ends or pauses. Rows of
+several versions share the slots; each step prefills and decodes once per version present, the
+other slots masked, so every token is made by its own episode's version.
 """
 
 from __future__ import annotations
@@ -127,6 +136,7 @@ class EngineRollout(Rollout):
         its episode's own version and an episode's record is the one it gets alone.
         """
         e, n_slots = self.engine, self.engine.slots
+        self._call = object()  # keys this call's environment steps on a shared pool
         self.state = e.init()
         self._owner = [-1] * n_slots  # slot -> row
         self._slot: dict[int, int] = {}  # row -> slot (absent: evicted, waiting or not admitted)
@@ -182,7 +192,9 @@ class EngineRollout(Rollout):
             done = pool.collect(timeout=(self.poll_s if feed else None) if blocking else 0.0)
             m["env_block_s"] += time.perf_counter() - t0 if blocking else 0.0
             for d in done:
-                i = d.key
+                call, i = d.key
+                if call is not self._call:  # a step of an earlier call that failed: stale
+                    continue
                 del waiting[i]
                 env, res, err, wall = d.value if d.error is None else (None, None, d.error, 0.0)
                 if env is not None:  # a process pool's step brings the stepped environment back
@@ -311,7 +323,7 @@ class EngineRollout(Rollout):
                 text = self._action_text(o)
                 if text is not None:
                     self._waiting[o] = time.perf_counter()
-                    pool.submit(o, env_call, r.spec.env, text)
+                    pool.submit((self._call, o), env_call, r.spec.env, text)
 
     def _deliver(self, on_done) -> None:
         """Rows that ended or paused get their record (and ``on_done`` is told) at once."""

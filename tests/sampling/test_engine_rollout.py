@@ -233,3 +233,31 @@ def test_rounds_fed_into_a_running_call_at_another_version_equal_their_own_runs(
     assert sorted(i for i, _ in delivered) == list(range(6))
     assert any(still_open > 0 for _, still_open in delivered)  # delivered before the call ended
     assert r.metrics["joined_running"] == 3 and r.metrics["generate_calls"] > r.metrics["chunks"]
+
+
+@pytest.mark.slow
+def test_a_call_that_fails_with_steps_in_flight_leaves_the_shared_pool_usable(params):
+    """A call that raises while environment steps run (here its feed) leaves them on the worker's
+    long-lived pool; the next call on that pool ignores their results (its rows reuse the same
+    indices) and is bitwise the call that had the pool alone."""
+    wrap = lambda e: RealLatency(e, 0.05)
+    ref = EngineRollout(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), CAPS, _specs(3))
+    with EnvPool(4, "thread") as pool:
+        want = ref.run(params, 1, jax.random.key(7), pool)
+    polls = []
+
+    def feed():
+        polls.append(1)
+        if len(polls) == 4:
+            raise RuntimeError("the scheduler's queue broke")
+        return []
+
+    with EnvPool(4, "thread") as pool:
+        broken = EngineRollout(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), CAPS, _specs(3, wrap))
+        with pytest.raises(RuntimeError, match="queue broke"):
+            broken.run(params, 1, jax.random.key(7), pool, feed=feed)
+        assert pool.in_flight > 0  # its steps are still running
+        again = EngineRollout(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), CAPS, _specs(3, wrap))
+        got = again.run(params, 1, jax.random.key(7), pool)
+    for a, b in zip(got, want, strict=True):
+        _same(a, b)
