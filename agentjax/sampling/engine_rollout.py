@@ -291,10 +291,10 @@ class EngineRollout(Rollout):
         e, owner = self.engine, self._owner
         remaining = np.zeros(e.slots, np.int64)
         seeds, turns = np.zeros(e.slots, np.uint32), np.zeros(e.slots, np.uint32)
+        budget = run.round_budget or np.inf
         for s in slots:
             r = self.rows[owner[s]]
             room = e.max_len - self._stream[owner[s]].size
-            budget = run.round_budget or np.inf
             left = min(self.caps.max_action_tokens - len(r.gen["tok"]), room, budget - self._spent[owner[s]])
             remaining[s] = max(left, 0)
             seeds[s], turns[s] = r.spec.seed, len(r.turns)

@@ -119,12 +119,8 @@ class RealtimeExecutor:
             results = worker.run_rounds([item for _, _, item in group])
             self._failures = 0
         except Exception as e:  # noqa: BLE001 - a failed call fails its rounds, not the run
-            self._failures += 1
-            if self._failures >= self.max_consecutive_failures:  # a bug, not bad luck: be loud
-                e = RuntimeError(f"{self._failures} rollout calls failed in a row: {e!r}")
-            results = [Failure(e)] * len(group)
-        self.intervals["sampler"].append((t0, self.now()))
-        self.round_calls += 1
+            results = [Failure(self._failed(e))] * len(group)
+        self._call_done(t0)
         self.rounds_run += len(group)
         for (ticket, _, _), res in zip(group, results, strict=True):
             self._done.put((ticket, res))
@@ -154,11 +150,20 @@ class RealtimeExecutor:
             worker.stream_rounds(take, deliver)
             self._failures = 0
         except Exception as e:  # noqa: BLE001 - a failed call fails its open rounds, not the run
-            self._failures += 1
-            if self._failures >= self.max_consecutive_failures:
-                e = RuntimeError(f"{self._failures} rollout calls failed in a row: {e!r}")
+            failure = Failure(self._failed(e))
             for ticket in sorted(taken):
-                self._done.put((ticket, Failure(e)))
+                self._done.put((ticket, failure))
+        self._call_done(t0)
+
+    def _failed(self, e: Exception) -> Exception:
+        """Counts a failed rollout call; after ``max_consecutive_failures`` in a row it is a bug,
+        not bad luck: the error that fails the run."""
+        self._failures += 1
+        if self._failures >= self.max_consecutive_failures:
+            return RuntimeError(f"{self._failures} rollout calls failed in a row: {e!r}")
+        return e
+
+    def _call_done(self, t0: float) -> None:
         self.intervals["sampler"].append((t0, self.now()))
         self.round_calls += 1
 

@@ -100,15 +100,15 @@ class SamplerWorker:
         for i, it in enumerate(items):
             by_version[(it.version, it.round_budget or 0, it.resume)].append(i)
         before = {i: _progress(it.state) for i, it in enumerate(items)}
+        kw = self._context_kw()
         for (version, budget, resume), idx in sorted(by_version.items()):
             episodes = [items[i].state or self._spec(items[i]) for i in idx]
             params, behaviour = self.params[version]
             if self.engine is not None:
-                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **self._context_kw())
+                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **kw)
                 ro.run(params, behaviour, self.rng, self.pool, round_budget=budget, resume=resume)
                 self._add_totals(ro.metrics)
             else:
-                kw = self._context_kw()
                 ro = Rollout(self.sampler, self.codec, self.caps, episodes, pad_to=bucket(len(idx)), **kw)
                 ro.start(params, behaviour)
                 ro.advance(params, behaviour, self.rng)
@@ -139,6 +139,7 @@ class SamplerWorker:
             out = []
             for ticket, it in take():
                 params, behaviour = self.params[it.version]
+                # run() appends fed episodes as rows in feed order: this one's row index
                 tickets[len(ro.rows) + len(out)] = (ticket, _progress(it.state))
                 episode = it.state or self._spec(it)
                 out.append(
