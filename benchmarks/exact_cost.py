@@ -42,7 +42,11 @@ BATCH, PROMPT, NEW = 32, 16, 48
 
 def kernels(dtype: str) -> dict[str, dict]:
     d = {"param_dtype": dtype, "compute_dtype": dtype}
-    out = {"fast": {**d, "exact_tile": 0}, "exact_sum": {**d, "exact_tile": 1}}
+    out = {
+        "fast": {**d, "exact_tile": 0},
+        "ordered": {**d, "exact_tile": 1, "exact_kernels": "ordered"},
+        "exact_sum": {**d, "exact_tile": 1, "exact_kernels": "exact_sum"},
+    }
     if dtype == "float32":  # the tile sweep of the reference construction
         out.update({f"tiled {m}": {**d, "exact_tile": m, "exact_kernels": "tiled"} for m in (8, 32)})
     return out

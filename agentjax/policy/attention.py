@@ -51,7 +51,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
     Positions outside ``0 .. S - 2`` write to the sink slot ``S - 1`` (see :func:`init_cache`).
     """
     b, t = positions.shape
-    if kbuf is None and c.exact_sum:  # teacher-forced: the sequence's own keys
+    if kbuf is None and c.invariant:  # teacher-forced: the sequence's own keys
         kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)
         o = K.attention(
             q.reshape(b, t, *q.shape[1:]),
@@ -61,6 +61,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
             positions,
             jnp.ones((b, t), bool),
             n_max=c.max_seq_len + 1,
+            kind=c.invariant,
         )
         return o.reshape(q.shape), None, None
     if kbuf is None:
@@ -77,11 +78,18 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
     slot = jnp.where((pos_rows >= 0) & (pos_rows < sink), pos_rows, sink)
     put = lambda buf, x: buf.at[batch_rows, :, slot].set(x.astype(buf.dtype), mode="promise_in_bounds")
     kbuf, vbuf = put(kbuf, k), put(vbuf, v)
-    if c.exact_sum:
+    if c.invariant:
         s = kbuf.shape[2]
         slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
         o = K.attention(
-            q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots, slots < sink, n_max=c.max_seq_len + 1
+            q.reshape(b, t, *q.shape[1:]),
+            kbuf,
+            vbuf,
+            positions,
+            slots,
+            slots < sink,
+            n_max=c.max_seq_len + 1,
+            kind=c.invariant,
         )
         return o.reshape(q.shape), kbuf, vbuf
     if c.exact:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from agentjax.choice import Choice
@@ -23,7 +24,9 @@ class Remat(Choice):
 
 
 class ExactKernels(Choice):
-    EXACT_SUM = "exact_sum"  # every sum exact in float64 (policy/kernels.py)
+    AUTO = "auto"  # "ordered" where the default backend is CPU and the kernels build, else "exact_sum"
+    ORDERED = "ordered"  # float32, every sum in an order fixed per element (policy/ordered.cc, CPU)
+    EXACT_SUM = "exact_sum"  # every sum exact in float64 (policy/kernels.py; CPU and GPU)
     TILED = "tiled"  # fixed row tiles of exact_tile rows (the reference construction)
 
 
@@ -48,8 +51,11 @@ class ModelConfig:
 
     ``exact_tile > 0`` selects the batch-invariant kernels (0 = standard XLA kernels); the sampler
     and the learner then produce bitwise-equal log-probs (see docs/consistency.md). Which ones:
-    ``exact_kernels="exact_sum"`` (default) computes every sum exactly in float64
-    (``policy/kernels.py``), so no reduction order exists to depend on the batch;
+    ``exact_kernels="ordered"`` computes every contraction and long sum in float32 in an order
+    its CPU kernels fix per output element (``policy/ordered.py``); ``"exact_sum"`` computes
+    every sum exactly in float64 (``policy/kernels.py``), so no reduction order exists to depend
+    on the batch; ``"auto"`` (default) is ``"ordered"`` when JAX's default backend is the CPU
+    and the kernels build there, else ``"exact_sum"``;
     ``exact_kernels="tiled"`` is the reference construction: every row-wise op runs over fixed
     tiles of ``exact_tile`` rows and attention per query row over ``max_seq_len`` slots. It is a
     kernel choice made once per model, not a mode: both sides always run the same kernels.
@@ -76,7 +82,7 @@ class ModelConfig:
     value_head: ValueHead = ValueHead.NONE
     critic_layers: int = 1  # layers of the separate critic (value_head="separate")
     exact_tile: int = 0
-    exact_kernels: ExactKernels = ExactKernels.EXACT_SUM  # used when exact_tile > 0
+    exact_kernels: ExactKernels = ExactKernels.AUTO  # used when exact_tile > 0
     remat: Remat = Remat.NONE
     # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
@@ -146,9 +152,16 @@ class ModelConfig:
         return self.exact_tile > 0
 
     @property
-    def exact_sum(self) -> bool:
-        """Exact mode with the exact-summation kernels (``policy/kernels.py``)."""
-        return self.exact and self.exact_kernels == "exact_sum"
+    def invariant(self) -> str:
+        """In exact mode with the batch-invariant kernels of ``policy/kernels.py``, which ones:
+        ``"ordered"`` or ``"exact_sum"`` (``"auto"`` resolved); else ``""``."""
+        if not self.exact or self.exact_kernels == "tiled":
+            return ""
+        if self.exact_kernels == "auto":
+            from agentjax.policy import ordered
+
+            return "ordered" if jax.default_backend() == "cpu" and ordered.available() else "exact_sum"
+        return str(self.exact_kernels)
 
     @property
     def row_tile(self) -> int:

@@ -41,6 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentjax.policy import ordered
+
 F64 = jnp.float64
 NEG_INF = -1e30
 
@@ -120,27 +122,45 @@ def _dot_exact(a, b, dims, k_max, out_dtype):
         return cast(cast(out * scale, jnp.float32), out_dtype)
 
 
-def dot_general(a, b, dims, *, k_max: int | None = None):
-    """``lax.dot_general(a, b, dims)`` computed exactly (see the module doc), in ``a``'s dtype."""
+def _dot_ordered(a, b, dims, out_dtype):
+    """``lax.dot_general`` as one fixed-order product ``[batch, M, K] x [batch, K, N]``."""
+    (ca, cb), (ba, bb) = dims
+    fa = [i for i in range(a.ndim) if i not in ca and i not in ba]
+    fb = [i for i in range(b.ndim) if i not in cb and i not in bb]
+    size = lambda x, axes: math.prod(x.shape[i] for i in axes)
+    a3 = jnp.transpose(cast(a, jnp.float32), (*ba, *fa, *ca)).reshape(size(a, ba), size(a, fa), size(a, ca))
+    b3 = jnp.transpose(cast(b, jnp.float32), (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
+    out = ordered.dot(a3, b3).reshape(*(a.shape[i] for i in (*ba, *fa)), *(b.shape[i] for i in fb))
+    return cast(out, out_dtype)
+
+
+def dot_general(a, b, dims, *, k_max: int | None = None, kind: str = "exact_sum"):
+    """``lax.dot_general(a, b, dims)`` with the batch-invariant kernels ``kind`` (see the
+    module doc; ``k_max`` bounds the contraction length of the exact-sum grids), in ``a``'s dtype."""
     dt = a.dtype
     b = cast(b, dt)
-    exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
+    if kind == "ordered":
+        exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt)
+    else:
+        exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
     standard = lambda a_, b_: jax.lax.dot_general(a_, b_, dims).astype(dt)
     return _with_standard_grad(exact, standard)(a, b)
 
 
-def matmul(x, w):
+def matmul(x, w, kind: str = "exact_sum"):
     """``x @ w`` for ``x [..., K]``, ``w [K, F]``."""
-    return dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+    return dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), kind=kind)
 
 
-def rms_norm(x, scale, eps: float):
+def rms_norm(x, scale, eps: float, kind: str = "exact_sum"):
     def standard(x_, s_):
         xf = x_.astype(jnp.float32)
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
         return (y * s_.astype(jnp.float32)).astype(x_.dtype)
 
     def exact(x_, s_):
+        if kind == "ordered":
+            return cast(ordered.rms_norm(cast(x_, jnp.float32), cast(s_, jnp.float32), eps), x_.dtype)
         with jax.enable_x64(True):
             x64 = cast(x_, F64)  # squares of f32/bf16 values are exact in float64
             ms = cast(exact_sum(x64 * x64, -1) / x_.shape[-1], jnp.float32)
@@ -181,31 +201,40 @@ def rope(x, pos, theta: float, max_len: int):
     return _with_standard_grad(exact, lambda x_, p_: standard_rope(x_, p_, theta))(x, pos)
 
 
-def _log_softmax64(z):
-    z = cast(z, F64)
-    m = jnp.max(z, axis=-1, keepdims=True)
-    zs = z - m
-    return zs - jnp.log(exact_sum(jnp.exp(zs), -1))[..., None]
+def _log_softmax64(z, then=lambda x: x):
+    """``then(log_softmax(z))`` over the last axis in float64 with an exact sum, as float32."""
+    with jax.enable_x64(True):
+        z = cast(z, F64)
+        zs = z - jnp.max(z, axis=-1, keepdims=True)
+        return cast(then(zs - jnp.log(exact_sum(jnp.exp(zs), -1))[..., None]), jnp.float32)
 
 
-def log_softmax(z):
-    """float32 log-softmax over the last axis (computed in float64 with an exact sum)."""
-
-    def exact(z_):
-        with jax.enable_x64(True):
-            return cast(_log_softmax64(z_), jnp.float32)
-
+def log_softmax(z, kind: str = "exact_sum"):
+    """float32 log-softmax over the last axis with the batch-invariant kernels ``kind``."""
+    if kind == "ordered":
+        exact = lambda z_: ordered.softmax(cast(z_, jnp.float32), ordered.LOG_SOFTMAX)
+    else:
+        exact = lambda z_: _log_softmax64(z_)
     return _with_standard_grad(exact, lambda z_: jax.nn.log_softmax(z_.astype(jnp.float32)))(z)
 
 
-def softmax(z):
-    """float32 softmax over the last axis, as ``exp(log_softmax)`` of the exact kernel."""
-
-    def exact(z_):
-        with jax.enable_x64(True):
-            return cast(jnp.exp(_log_softmax64(z_)), jnp.float32)
-
+def softmax(z, kind: str = "exact_sum"):
+    """float32 softmax over the last axis with the batch-invariant kernels ``kind`` (exact sum:
+    ``exp(log_softmax)``)."""
+    if kind == "ordered":
+        exact = lambda z_: ordered.softmax(cast(z_, jnp.float32), ordered.SOFTMAX)
+    else:
+        exact = lambda z_: _log_softmax64(z_, jnp.exp)
     return _with_standard_grad(exact, lambda z_: jax.nn.softmax(z_.astype(jnp.float32)))(z)
+
+
+def gated(g, u, kind: str = "exact_sum"):
+    """SwiGLU's ``silu(g) * u`` in g's dtype; the ordered kernels use their own exp (XLA's exp
+    differs between the libraries it hands fusions to)."""
+    if kind != "ordered":
+        return jax.nn.silu(g) * u
+    exact = lambda g_, u_: cast(ordered.swiglu(cast(g_, jnp.float32), cast(u_, jnp.float32)), g_.dtype)
+    return _with_standard_grad(exact, lambda g_, u_: jax.nn.silu(g_) * u_)(g, u)
 
 
 def exclusive_cumsum(p):
@@ -267,7 +296,22 @@ def _attention_exact(q, k, v, mask, n_max: int):
         return cast(cast(num / den[..., None], jnp.float32), v.dtype)
 
 
-def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int):
+def _attention_ordered(q, k, v, mask):
+    """Fixed-order attention: both contractions are FMA chains in key order, and masked keys
+    weigh exactly 0, so a learner pass over T keys and a decode step over the cache agree. The
+    softmax denominator is the same chain over a column of ones appended to ``v``."""
+    b, hkv, r, d = q.shape
+    s = k.shape[2]
+    qs = cast(q, jnp.float32) * np.float32(1.0 / np.sqrt(d))  # feeds the custom call: no contraction
+    kt = cast(k, jnp.float32).swapaxes(2, 3).reshape(b * hkv, d, s)
+    sc = ordered.dot(qs.reshape(b * hkv, r, d), kt).reshape(b, hkv, r, s)
+    e = ordered.softmax(jnp.where(mask, sc, -jnp.inf), ordered.EXP_SHIFTED)  # masked: exactly 0
+    v1 = jnp.concatenate([cast(v, jnp.float32), jnp.ones((b, hkv, s, 1), jnp.float32)], -1)
+    nd = ordered.dot(e.reshape(b * hkv, r, s), v1.reshape(b * hkv, s, d + 1)).reshape(b, hkv, r, d + 1)
+    return cast(nd[..., :d] / nd[..., d:], v.dtype)
+
+
+def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int, kind: str = "exact_sum"):
     """Grouped-query causal attention with exact sums over keys.
 
     q: [B, T, H, D]; k, v: [B, Hkv, S, D] (the KV-cache layout); q_pos [B, T]; k_pos, k_valid
@@ -282,23 +326,27 @@ def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int):
     qr = q.reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
     mask = (k_pos[:, None, :] <= q_pos[:, :, None]) & k_valid[:, None, :]  # [B,T,S]
     mask = jnp.broadcast_to(mask[:, None, None], (b, 1, g, t, k.shape[2])).reshape(b, 1, g * t, -1)
-    exact = lambda q_, k_, v_, m_: _attention_exact(q_, k_, v_, m_, n_max)
+    if kind == "ordered":
+        exact = _attention_ordered
+    else:
+        exact = lambda q_, k_, v_, m_: _attention_exact(q_, k_, v_, m_, n_max)
     o = _with_standard_grad(exact, _attention_standard)(qr, k, v, mask)
     return o.reshape(b, hkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
 
 
-def moe(x, p, k: int, forced=None):
+def moe(x, p, k: int, forced=None, kind: str = "exact_sum"):
     """:func:`agentjax.policy.layers.moe` with exact kernels (same arguments and returns)."""
-    logits = matmul(x, p["router"]).astype(jnp.float32)  # [N, E]
-    probs = softmax(logits)
+    logits = matmul(x, p["router"], kind).astype(jnp.float32)  # [N, E]
+    probs = softmax(logits, kind)
     chosen = jax.lax.top_k(logits, k)[1] if forced is None else forced.astype(jnp.int32)
     gates = normalize(jnp.take_along_axis(probs, chosen, axis=-1))  # [N, k]
     n_exp = logits.shape[-1]
     # at most one nonzero term per expert (distinct choices): exact in any order
     weight = jnp.sum(jax.nn.one_hot(chosen, n_exp, dtype=jnp.float32) * gates[..., None], axis=1)
     up = (((1,), (1,)), ((), ()))  # nd,edf->nef
-    g = dot_general(x, p["w_gate"], up)
-    u = dot_general(x, p["w_up"], up)
-    h = dot_general(cast(jax.nn.silu(g) * u, x.dtype), p["w_down"], (((2,), (1,)), ((1,), (0,))))  # [E,N,D]
+    g = dot_general(x, p["w_gate"], up, kind=kind)
+    u = dot_general(x, p["w_up"], up, kind=kind)
+    down = (((2,), (1,)), ((1,), (0,)))
+    h = dot_general(cast(gated(g, u, kind), x.dtype), p["w_down"], down, kind=kind)  # [E,N,D]
     y = weighted_sum(h.swapaxes(0, 1), weight)
     return y, chosen.astype(jnp.int32), probs

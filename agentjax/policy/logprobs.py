@@ -27,9 +27,12 @@ def _apply(transform, z, exact):
     return transform(z, exact=True) if exact else transform(z)
 
 
-def _rows_logprobs(transform, logits, targets, exact=False):
+def _rows_logprobs(transform, logits, targets, exact=""):
     z = logits.astype(jnp.float32)
-    log_softmax = kernels.log_softmax if exact else lambda a: jax.nn.log_softmax(a, axis=-1)
+    if exact:
+        log_softmax = lambda a: kernels.log_softmax(a, exact)
+    else:
+        log_softmax = lambda a: jax.nn.log_softmax(a, axis=-1)
     raw = log_softmax(z)
     lp = raw if transform is None else log_softmax(_apply(transform, z, exact))
     pick = lambda a: jnp.take_along_axis(a, targets[:, None], axis=-1)[:, 0]
@@ -37,7 +40,7 @@ def _rows_logprobs(transform, logits, targets, exact=False):
 
 
 def token_logprobs_from_logits(
-    logits: jax.Array, targets: jax.Array, transform=None, *, tile: int = 0, exact: bool = False
+    logits: jax.Array, targets: jax.Array, transform=None, *, tile: int = 0, exact: str = ""
 ) -> tuple[jax.Array, jax.Array]:
     """Log-probs of ``targets`` under the transformed and the raw distribution, in float32.
 
@@ -46,7 +49,7 @@ def token_logprobs_from_logits(
       targets: ``[...]`` token ids.
       transform: a transform (None = temperature 1, no truncation).
       tile: the model's ``row_tile``; > 0 runs the rows in fixed tiles (batch-invariant).
-      exact: the model's ``exact_sum``: the exact-summation kernels (batch-invariant).
+      exact: the model's ``invariant``: which batch-invariant kernels (``""``: none).
     Returns:
       ``(logp, logp_raw)``, each float32 of shape ``targets.shape``.
     """
@@ -57,7 +60,7 @@ def token_logprobs_from_logits(
     return lp.reshape(lead), raw.reshape(lead)
 
 
-def sampling_logits(logits: jax.Array, transform=None, *, tile: int = 0, exact: bool = False) -> jax.Array:
+def sampling_logits(logits: jax.Array, transform=None, *, tile: int = 0, exact: str = "") -> jax.Array:
     """float32 logits of the distribution sampled from (``transform(z)``), computed with the
     same kernels as the log-probs."""
     v = logits.shape[-1]

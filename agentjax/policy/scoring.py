@@ -50,7 +50,7 @@ def _score(params, tokens, positions, routes, config: ModelConfig, transform, me
         params, tokens, positions, config=config, routes=routes, layout=Layout.STACKED, mesh=mesh
     )
     lp, raw = token_logprobs_from_logits(
-        logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.exact_sum
+        logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.invariant
     )
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
@@ -102,6 +102,6 @@ def token_logprobs(
     if tokens.shape != positions.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
     check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
-    if config.exact and not config.exact_sum:
+    if config.exact and not config.invariant:
         return _exact(params, tokens, positions, routes, config, transform, mesh)
     return _score(params, tokens, positions, routes, config, transform, mesh)[0]

@@ -17,22 +17,24 @@ from agentjax.policy.config import ModelConfig
 
 
 def mm(c: ModelConfig, x, w):
-    """``x @ w`` in x's dtype: the exact-sum kernel in exact mode, else XLA's dot."""
-    return K.matmul(x, w) if c.exact_sum else x @ w.astype(x.dtype)
+    """``x @ w`` in x's dtype: the batch-invariant kernel in exact mode, else XLA's dot."""
+    return K.matmul(x, w, c.invariant) if c.invariant else x @ w.astype(x.dtype)
 
 
 def pin(c: ModelConfig, x):
     """An activation in the compute dtype; in exact mode rounded so XLA cannot keep excess
     precision in one engine and not the other (``kernels.cast``)."""
-    return K.cast(x, c.cdtype) if c.exact_sum else x
+    return K.cast(x, c.cdtype) if c.invariant else x
 
 
 def norm(c: ModelConfig, x, scale):
-    return (K.rms_norm if c.exact_sum else L.rms_norm)(x, scale, c.norm_eps)
+    if c.invariant:
+        return K.rms_norm(x, scale, c.norm_eps, c.invariant)
+    return L.rms_norm(x, scale, c.norm_eps)
 
 
 def rope(c: ModelConfig, x, pos):
-    if c.exact_sum:
+    if c.invariant:
         return K.rope(x, pos, c.rope_theta, c.max_seq_len)
     return L.rope(x, pos, c.rope_theta)
 
@@ -41,8 +43,8 @@ def qkv(c: ModelConfig, p, x, pos):
     """Row-wise: pre-norm, q/k/v projections, optional bias and q/k norm, RoPE."""
     dt = x.dtype
     a = norm(c, x, p["attn_norm"])
-    if c.exact_sum:  # one grid of ``a`` for the three (each column's grid is its own: same bits)
-        fused = K.matmul(a, jnp.concatenate([p["wq"], p["wk"], p["wv"]], axis=1))
+    if c.invariant:  # one grid of ``a`` for the three (each column's grid is its own: same bits)
+        fused = K.matmul(a, jnp.concatenate([p["wq"], p["wk"], p["wv"]], axis=1), c.invariant)
         hq, hk = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         q, k, v = fused[:, :hq], fused[:, hq : hq + hk], fused[:, hq + hk :]
     else:
@@ -62,14 +64,16 @@ def post_attention(c: ModelConfig, p, x, o, forced):
     """Row-wise: output projection, residual, pre-norm feed-forward (dense or MoE), residual."""
     x = pin(c, x + mm(c, o.reshape(x.shape[0], -1), p["wo"]))
     m = norm(c, x, p["mlp_norm"])
-    if c.exact_sum and not c.is_moe:
-        gu = K.matmul(m, jnp.concatenate([p["w_gate"], p["w_up"]], axis=1))
-        h = pin(c, jax.nn.silu(gu[:, : c.d_ff]) * gu[:, c.d_ff :])
-        return pin(c, x + K.matmul(h, p["w_down"])), None, None
+    if c.invariant and not c.is_moe:
+        gu = K.matmul(m, jnp.concatenate([p["w_gate"], p["w_up"]], axis=1), c.invariant)
+        h = pin(c, K.gated(gu[:, : c.d_ff], gu[:, c.d_ff :], c.invariant))
+        return pin(c, x + K.matmul(h, p["w_down"], c.invariant)), None, None
     if not c.is_moe:
         return x + L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"]), None, None
-    moe = K.moe if c.exact_sum else L.moe
-    y, chosen, probs = moe(m, p, c.n_experts_per_token, forced)
+    if c.invariant:
+        y, chosen, probs = K.moe(m, p, c.n_experts_per_token, forced, kind=c.invariant)
+    else:
+        y, chosen, probs = L.moe(m, p, c.n_experts_per_token, forced)
     return pin(c, x + y), chosen, probs
 
 

@@ -185,10 +185,10 @@ def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version
             s, params, st, st.length - 1, running.astype(jnp.int32), 1, version, logits=True
         )
         z = logits[:, 0]
-        zt = sampling_logits(z, s.transform, tile=c.row_tile, exact=c.exact_sum)
+        zt = sampling_logits(z, s.transform, tile=c.row_tile, exact=c.invariant)
         keys = jax.vmap(jax.random.fold_in)(row_keys, st.length)
         y = noise.categorical(keys, zt)
-        lp, raw = token_logprobs_from_logits(z, y, s.transform, tile=c.row_tile, exact=c.exact_sum)
+        lp, raw = token_logprobs_from_logits(z, y, s.transform, tile=c.row_tile, exact=c.invariant)
         at = jnp.where(running, st.length, l)  # column l: discarded (rows not running)
         put = lambda buf, v: _put(buf, at, v)
         st = st._replace(

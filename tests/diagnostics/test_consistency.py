@@ -118,13 +118,36 @@ def _tiled_dense(**kw):
     return tiny_dense(exact_kernels="tiled", **kw)  # the reference construction, kept working
 
 
+def _exact_sum(make):  # the float64 construction (GPU's; "auto" picks "ordered" on CPU)
+    return lambda **kw: make(exact_kernels="exact_sum", **kw)
+
+
 @pytest.mark.parametrize(
     "make",
-    [tiny_dense, tiny_moe, _unrolled_dense, _bf16(tiny_dense), _bf16(tiny_moe), _tiled_dense],
-    ids=["dense", "moe", "dense_unrolled", "dense_bf16", "moe_bf16", "dense_tiled"],
+    [
+        tiny_dense,
+        tiny_moe,
+        _unrolled_dense,
+        _bf16(tiny_dense),
+        _bf16(tiny_moe),
+        _tiled_dense,
+        _exact_sum(tiny_dense),
+        _exact_sum(_bf16(tiny_moe)),
+    ],
+    ids=[
+        "dense",
+        "moe",
+        "dense_unrolled",
+        "dense_bf16",
+        "moe_bf16",
+        "dense_tiled",
+        "dense_exact_sum",
+        "moe_bf16_exact_sum",
+    ],
 )
 def test_exact_mode_is_bitwise(make):
     cfg = make(exact_tile=4)
+    assert cfg.invariant in ("ordered", "exact_sum", "")  # "auto" is "ordered" on this CPU
     params = init_params(cfg, jax.random.key(0))
     assert jax.tree.leaves(params)[0].dtype == cfg.pdtype
     _, n_tokens = _check_contract(cfg, params, (1, 3, 8, 1, 3, 8), np.random.default_rng(1))
