@@ -13,11 +13,14 @@ attends to them). Left padding with ``positions = 0..n-1`` on the real tokens is
 
 Exact mode (``config.exact_tile > 0``): the value is computed with the batch-invariant kernels,
 so it equals the sampler's record bitwise (ratio exactly 1.0 at the behaviour version). With
-the exact-summation kernels (``exact_kernels="exact_sum"``) every kernel is a
-``jax.custom_vjp`` whose backward is the standard float32 kernel's VJP at the same inputs, so
-the scorer is differentiated directly: one exact forward, one standard backward. With the
-tiled reference kernels a ``jax.custom_vjp`` on the whole scorer supplies the standard kernels'
-gradient (their VJP is kept as the residual, so the forward runs twice):
+the batch-invariant kernels of ``policy/kernels.py`` (``exact_kernels`` "ordered" or
+"exact_sum") every kernel is a ``jax.custom_vjp`` whose backward is the standard kernel's VJP at
+the same inputs, so a float32 scorer is differentiated directly: one exact forward, one standard
+backward. With the tiled reference kernels, and in bfloat16, a ``jax.custom_vjp`` on the whole
+scorer supplies the standard kernels' gradient instead (their VJP is kept as the residual, so
+the forward runs twice). In bfloat16 that is the cheaper of the two on CPU: measured with
+``benchmarks/exact_cost.py``, the per-kernel backward cost 1.5-1.7x the fast gradient even with
+every exact kernel swapped for XLA's, the whole-scorer one 1.28x:
 
     value = f_exact(params),   d value / d params := d f_standard / d params
 
@@ -102,6 +105,6 @@ def token_logprobs(
     if tokens.shape != positions.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
     check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
-    if config.exact and not config.invariant:
+    if config.exact and (not config.invariant or config.cdtype == jnp.bfloat16):  # see the doc
         return _exact(params, tokens, positions, routes, config, transform, mesh)
     return _score(params, tokens, positions, routes, config, transform, mesh)[0]
