@@ -171,8 +171,9 @@ void dot_rows(const float* A, const float* B, float* C, int64_t i0, int64_t i1, 
 ffi::Error OrderedDot(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
                       ffi::ResultBuffer<ffi::F32> c) {
   auto ad = a.dimensions(), bd = b.dimensions(), cd = c->dimensions();
-  if (ad.size() != 3 || bd.size() != 3 || ad[2] != bd[1])
-    return ffi::Error::InvalidArgument("agentjax_ordered_dot: expects [Ba, M, K] x [Bb, K, N]");
+  if (ad.size() != 3 || bd.size() != 3 || cd.size() != 3 || ad[2] != bd[1] || cd[1] != ad[1] ||
+      cd[2] != bd[2] || (ad[0] != cd[0] && ad[0] != 1) || (bd[0] != cd[0] && bd[0] != 1))
+    return ffi::Error::InvalidArgument("agentjax_ordered_dot: expects [Ba, M, K] x [Bb, K, N] -> [B, M, N]");
   const int64_t batch = cd[0], M = ad[1], K = ad[2], N = bd[2];
   const int64_t sa = ad[0] == 1 ? 0 : M * K, sb = bd[0] == 1 ? 0 : K * N;
   const float *A = a.typed_data(), *B = b.typed_data();

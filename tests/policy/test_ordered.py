@@ -130,3 +130,32 @@ def test_auto_picks_ordered_on_cpu_and_an_unbuildable_library_names_the_field(mo
     assert ModelConfig(exact_tile=1).invariant == "exact_sum"  # auto falls back
     with pytest.raises(ordered.OrderedKernelsUnavailable, match=r"exact_kernels=.ordered.*no C\+\+ compiler"):
         ordered.dot(jnp.ones((1, 2, 3)), jnp.ones((1, 3, 4)))
+
+
+def test_a_learner_batch_sharded_over_the_mesh_gives_the_single_device_bits():
+    """A custom call has no sharding rule: XLA runs it on gathered operands. The rows keep their
+    bits (and the gradient runs) when the learner's batch is split over 8 devices."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from agentjax.policy.model import init_params
+    from agentjax.policy.scoring import token_logprobs
+    from agentjax.testing.models import tiny_moe
+
+    cfg = tiny_moe(exact_tile=4)
+    assert cfg.invariant == "ordered"
+    params = init_params(cfg, jax.random.key(0))
+    rng = np.random.default_rng(3)
+    tok = jnp.asarray(rng.integers(0, cfg.vocab_size, (8, 16)), jnp.int32)
+    pos = jnp.tile(jnp.arange(16, dtype=jnp.int32), (8, 1))
+    score = lambda p, t, q: token_logprobs(p, t, q, config=cfg)[0]
+    want = np.asarray(jax.jit(score)(params, tok, pos))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "fsdp"))
+    rows = NamedSharding(mesh, P(("data", "fsdp")))
+    ps = jax.device_put(params, NamedSharding(mesh, P()))
+    got = jax.jit(score)(ps, jax.device_put(tok, rows), jax.device_put(pos, rows))
+    np.testing.assert_array_equal(np.asarray(got), want)
+    grads = jax.jit(jax.grad(lambda p, t, q: score(p, t, q).sum()))(
+        ps, jax.device_put(tok, rows), jax.device_put(pos, rows)
+    )
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
