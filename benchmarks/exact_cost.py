@@ -6,7 +6,9 @@ One process, one table. The model is the consistency benchmark's (``configs/cons
 Llama layout, d_model 128, 2 layers, vocab 64, random weights). Kernels compared:
 
 * ``fast``: XLA's kernels (``exact_tile=0``);
-* ``exact_sum``: the exact-summation kernels (``policy/kernels.py``), the default exact mode;
+* ``ordered``: the fixed-order float32 kernels (``policy/ordered.cc``), exact mode's default on
+  CPU (listed on CPU only);
+* ``exact_sum``: the exact-summation kernels (``policy/kernels.py``), the default on GPU;
 * ``tiled M``: the reference construction, rows in ``lax.map`` tiles of M (the tile sweep).
 
 Rows: learner log-probs (``token_logprobs``, batch 32 x 64 tokens), learner log-probs +
@@ -42,11 +44,10 @@ BATCH, PROMPT, NEW = 32, 16, 48
 
 def kernels(dtype: str) -> dict[str, dict]:
     d = {"param_dtype": dtype, "compute_dtype": dtype}
-    out = {
-        "fast": {**d, "exact_tile": 0},
-        "ordered": {**d, "exact_tile": 1, "exact_kernels": "ordered"},
-        "exact_sum": {**d, "exact_tile": 1, "exact_kernels": "exact_sum"},
-    }
+    out = {"fast": {**d, "exact_tile": 0}}
+    if jax.default_backend() == "cpu":  # the fixed-order kernels are CPU code
+        out["ordered"] = {**d, "exact_tile": 1, "exact_kernels": "ordered"}
+    out["exact_sum"] = {**d, "exact_tile": 1, "exact_kernels": "exact_sum"}
     if dtype == "float32":  # the tile sweep of the reference construction
         out.update({f"tiled {m}": {**d, "exact_tile": m, "exact_kernels": "tiled"} for m in (8, 32)})
     return out

@@ -20,7 +20,7 @@ python3 -m launch.consistency --config=configs/consistency.py \
 python3 -m pytest -q -p no:cacheprovider tests/diagnostics/test_consistency.py \
     tests/policy/test_kernels.py tests/sampling/test_sampler.py tests/sampling/test_partial.py \
     tests/sampling/test_noise.py 2>&1 | tee "$OUT/tests_gpu.log" || rc=1
-# exact / fast cost of the exact-summation kernels (issue 18), f32 and bf16, tile sweep
+# exact / fast cost of the exact-summation kernels (issue 18; exact mode's GPU default), f32 and bf16, tile sweep
 python3 benchmarks/exact_cost.py --rounds 3 --out "$OUT/exact_cost_gpu.json" || rc=1
 python3 benchmarks/sampler.py --engines agentjax,agentjax_exact --repeats 3 \
     --out "$OUT/sampler_gpu.json" || rc=1
