@@ -66,8 +66,10 @@ def _build() -> pathlib.Path:
     cxx = _compiler()
     import jaxlib
 
+    # extra flags, e.g. -mno-avx512f to build another instruction-set path (the tests do)
+    flags = (*FLAGS, *os.environ.get("AGENTJAX_ORDERED_CFLAGS", "").split())
     key = hashlib.sha256(
-        "\n".join([SOURCE.read_text(), cxx, " ".join(FLAGS), jaxlib.__version__, _cpu_flags()]).encode()
+        "\n".join([SOURCE.read_text(), cxx, " ".join(flags), jaxlib.__version__, _cpu_flags()]).encode()
     ).hexdigest()[:16]
     cache = pathlib.Path(os.environ.get("AGENTJAX_CACHE", pathlib.Path.home() / ".cache" / "agentjax"))
     lib = cache / f"ordered-{key}.so"
@@ -76,7 +78,7 @@ def _build() -> pathlib.Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = pathlib.Path(tmp) / lib.name
-        cmd = [cxx, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(out), "-lpthread"]
+        cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(out), "-lpthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise OrderedKernelsUnavailable(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")

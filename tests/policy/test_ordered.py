@@ -159,3 +159,37 @@ def test_a_learner_batch_sharded_over_the_mesh_gives_the_single_device_bits():
         ps, jax.device_put(tok, rows), jax.device_put(pos, rows)
     )
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+_PATH_PROBE = """
+import numpy as np, jax, sys
+from agentjax.policy import ordered
+r = np.random.default_rng(5)
+a, b = r.standard_normal((37, 45)).astype(np.float32), r.standard_normal((45, 71)).astype(np.float32)
+z = (r.standard_normal((9, 75)) * 4).astype(np.float32)
+z[:, 3] = -np.inf
+out = dict(dot=ordered.dot(a[None], b[None]), rms=ordered.rms_norm(z[:, 4:], z[0, 4:], 1e-5),
+           lsm=ordered.softmax(z, ordered.LOG_SOFTMAX), exp=ordered.softmax(z, ordered.EXP_SHIFTED),
+           glu=ordered.swiglu(z, z[::-1]))
+np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in out.items()})
+"""
+
+
+@pytest.mark.parametrize("flags", ["-mno-avx512f", "-mno-avx512f -mno-avx2 -mno-fma"], ids=["avx2", "scalar"])
+def test_every_instruction_set_path_computes_the_same_bits(tmp_path, flags):
+    """The kernels promise the same IEEE operations per element on any SIMD width: a build
+    without AVX-512 (the AVX2 path) and one without AVX2/FMA (the scalar path, libm's fmaf)
+    give the native build's bits."""
+    import os
+    import subprocess
+    import sys
+
+    outs = {}
+    for name, extra in (("native", ""), ("other", flags)):
+        env = {**os.environ, "AGENTJAX_ORDERED_CFLAGS": extra, "AGENTJAX_CACHE": str(tmp_path / "cache")}
+        env.pop("XLA_FLAGS", None)
+        path = tmp_path / f"{name}.npz"
+        subprocess.run([sys.executable, "-c", _PATH_PROBE, str(path)], env=env, check=True, timeout=300)
+        outs[name] = np.load(path)
+    for k in outs["native"].files:
+        np.testing.assert_array_equal(outs["other"][k], outs["native"][k], err_msg=k)
