@@ -1,6 +1,10 @@
-"""Batch-invariant kernels by exact summation (exact mode, ``exact_kernels="exact_sum"``).
+"""Batch-invariant kernels of exact mode: by exact summation (``exact_kernels="exact_sum"``,
+described below) or by fixed order (``"ordered"``: each kernel's ``kind="ordered"`` branch calls
+the CPU custom calls of :mod:`agentjax.policy.ordered`; the standard-gradient wrapper, ``cast``
+and the float64 RoPE are shared).
 
-(One module, over 300 lines: every kernel shares the grid and rounding rules defined at its top.)
+(One module, over 300 lines: every kernel shares the grid and rounding rules defined at its top,
+and both constructions share each kernel's signature and standard backward.)
 
 A floating-point sum depends on the order of its terms, and XLA picks that order per shape
 (XLA:CPU hands dots to YNNPACK, whose kernel for a ``[N, 128] x [128, 512]`` product changes
