@@ -18,7 +18,6 @@
 #include <memory>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 #include <thread>
 #include <vector>
