@@ -31,8 +31,8 @@ import optax
 from agentjax.learner import critic
 from agentjax.learner.objective import LossConfig, policy_objective
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import Layout, critic_values, forward
-from agentjax.policy.scoring import token_logprobs
+from agentjax.policy.model import critic_values
+from agentjax.policy.scoring import token_logprobs, token_logprobs_and_routes
 
 
 @flax.struct.dataclass
@@ -87,7 +87,7 @@ def init_train_state(params, tx: optax.GradientTransformation, seed: int) -> Tra
 
 
 def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, transform, mesh):
-    logp, _ = token_logprobs(
+    (logp, _), used = token_logprobs_and_routes(
         params,
         batch["tokens"],
         batch["positions"],
@@ -117,7 +117,11 @@ def _loss_fn(params, batch, model_config: ModelConfig, loss_config: LossConfig, 
         raise ValueError(
             "loss.advantage='gae' needs a critic: set model.value_head to 'shared' or 'separate'"
         )
-    return policy_objective(loss_config, batch, logp, values=values, ref_logp=batch.get("ref_logp"))
+    loss, metrics = policy_objective(loss_config, batch, logp, values=values, ref_logp=batch.get("ref_logp"))
+    recorded = batch.get("routes", batch.get("sampler_routes"))
+    if used is not None and recorded is not None:
+        metrics = {**metrics, "routing/mismatch": routing_mismatch(used, recorded, batch["positions"])}
+    return loss, metrics
 
 
 def _all_finite(tree) -> jax.Array:
@@ -157,22 +161,13 @@ def behaviour_logprobs(behaviour, batch, *, model_config, transform, mesh=None):
     return jax.lax.stop_gradient(out), covered
 
 
-def routing_mismatch(params, batch, recorded, model_config, mesh=None):
-    """Share of (real position, layer) whose experts the learner's forward used differ from the
-    ones the sampler recorded: 0 with routing replay (``batch["routes"]``), > 0 without it
-    (``batch["sampler_routes"]`` only) as soon as the two engines' router logits differ."""
-    _, _, aux = forward(
-        params,
-        batch["tokens"],
-        batch["positions"],
-        config=model_config,
-        routes=batch.get("routes"),
-        layout=Layout.STACKED,
-        mesh=mesh,
-    )
-    used = jnp.sort(jax.lax.stop_gradient(aux["routes"]), axis=-1)
-    differ = jnp.any(used != jnp.sort(recorded, axis=-1), axis=-1)  # [B, T, layers]
-    real = (batch["positions"] < batch["tokens"].shape[1])[..., None]
+def routing_mismatch(used, recorded, positions):
+    """Share of (real position, layer) whose experts the loss's forward used (``used``, from the
+    very forward the gradient flows through) differ from the ones the sampler recorded: 0 with
+    routing replay (``batch["routes"]``), > 0 without it (``batch["sampler_routes"]`` only) as soon
+    as the two engines' router logits differ."""
+    differ = jnp.any(jnp.sort(used, axis=-1) != jnp.sort(recorded, axis=-1), axis=-1)  # [B, T, layers]
+    real = (positions < positions.shape[1])[..., None]
     return jnp.sum(differ * real) / jnp.maximum(jnp.sum(real) * differ.shape[-1], 1)
 
 
@@ -237,9 +232,6 @@ def _train_step(
         )
         batch = {**batch, "ref_logp": jax.lax.stop_gradient(ref_logp)}
     extra = {}
-    recorded = batch.get("routes", batch.get("sampler_routes"))
-    if model_config.is_moe and recorded is not None:
-        extra["routing/mismatch"] = routing_mismatch(state.params, batch, recorded, model_config, mesh)
     if "train_v" in loss_config.needs:
         if behaviour is None:
             raise ValueError(

@@ -62,7 +62,7 @@ def _score(params, tokens, positions, routes, config: ModelConfig, transform, me
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def _exact(params, tokens, positions, routes, config, transform, mesh):
-    return _score(params, tokens, positions, routes, config, transform, mesh)[0]
+    return _score(params, tokens, positions, routes, config, transform, mesh)
 
 
 def _exact_fwd(params, tokens, positions, routes, config, transform, mesh):
@@ -70,18 +70,26 @@ def _exact_fwd(params, tokens, positions, routes, config, transform, mesh):
     replay = routes if routes is not None else chosen
     standard = config.replace(exact_tile=0)
     _, vjp = jax.vjp(lambda p: _score(p, tokens, positions, replay, standard, transform, mesh)[0], params)
-    return out, vjp
+    return (out, chosen), vjp
 
 
 def _exact_bwd(config, transform, mesh, vjp, g):
-    (g_params,) = vjp(g)
+    (g_params,) = vjp(g[0])  # the routes are integers: no cotangent
     return g_params, None, None, None
 
 
 _exact.defvjp(_exact_fwd, _exact_bwd)
 
 
-def token_logprobs(
+def token_logprobs(params, tokens, positions, *, config, transform=None, routes=None, mesh=None):
+    """Per-token ``(logp, logp_raw)``, float32 ``[B, T]``, differentiable in ``params``: the first
+    value of :func:`token_logprobs_and_routes`."""
+    return token_logprobs_and_routes(
+        params, tokens, positions, config=config, transform=transform, routes=routes, mesh=mesh
+    )[0]
+
+
+def token_logprobs_and_routes(
     params,
     tokens: jax.Array,
     positions: jax.Array,
@@ -90,8 +98,11 @@ def token_logprobs(
     transform=None,
     routes: jax.Array | None = None,
     mesh=None,
-) -> tuple[jax.Array, jax.Array]:
-    """Per-token ``(logp, logp_raw)``, float32 ``[B, T]``, differentiable in ``params``.
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array | None]:
+    """``((logp, logp_raw), routes)``: per-token log-probs, float32 ``[B, T]``, differentiable in
+    ``params``, and the MoE experts this forward used, ``[B, T, layers, k]`` (the replayed ones
+    when ``routes`` is given; None for a dense model). The learner measures routing replay on
+    the routes its loss was computed with, not on its input (``routing/mismatch``).
 
     Args:
       params: policy parameters.
@@ -107,4 +118,4 @@ def token_logprobs(
     check_token_ids("token_logprobs(tokens)", tokens, config.vocab_size)
     if config.exact and (not config.invariant or config.cdtype == jnp.bfloat16):  # see the doc
         return _exact(params, tokens, positions, routes, config, transform, mesh)
-    return _score(params, tokens, positions, routes, config, transform, mesh)[0]
+    return _score(params, tokens, positions, routes, config, transform, mesh)
