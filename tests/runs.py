@@ -7,12 +7,14 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# compile options of every test process (see tests/conftest.py): LLVM at -O0, compile-bound suite
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def cli_env(host_devices: int | None = None, **extra: str) -> dict[str, str]:
     """The environment a launcher runs with in tests: CPU, unbuffered output, the suite's shared
-    compilation cache, and one CPU device unless ``host_devices`` asks for more (the suite's own
-    8 fake devices are not inherited)."""
+    compilation cache and compile options, and one CPU device unless ``host_devices`` asks for
+    more (the suite's own 8 fake devices are not inherited)."""
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
@@ -20,9 +22,9 @@ def cli_env(host_devices: int | None = None, **extra: str) -> dict[str, str]:
         "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache"),
         **extra,
     }
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = TEST_XLA_FLAGS  # the suite's own 8 fake devices are not inherited
     if host_devices:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={host_devices}"
+        env["XLA_FLAGS"] += f" --xla_force_host_platform_device_count={host_devices}"
     return env
 
 
@@ -79,6 +81,8 @@ def tiny_config(name="default", steps=2, **overrides):
         *sections, field = path.split("__")
         d = c
         for sec in sections:
+            if sec not in d:  # a sub-section the config file does not write (loss.gspo)
+                d[sec] = {}
             d = d[sec]
         d[field] = v
     return c
@@ -90,7 +94,7 @@ def run_cases_in_own_process(path: str, timeout: float = 3600, allow_skips: bool
     For cases that must not share the suite's process: the TPU compiler (libtpu and jaxlib's CPU
     compiler in one process aborted it), and the biggest programs (after 90% of the suite, the
     codefix HF run's compile aborted the process in an allocation)."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider", path]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     out = r.stdout + r.stderr
     assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}:\n{out[-12000:]}"

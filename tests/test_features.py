@@ -8,9 +8,21 @@ import os
 
 import pytest
 
-from agentjax import runstate, system
+from agentjax import loopparts, runstate, system
 from agentjax.learner.journal import Journal
 from tests.runs import tiny_config as _config
+
+
+def _real(name="default", **overrides):
+    """The users' path: the wall clock and the slot engine (``tiny_config`` pins the virtual clock
+    on lock-step Rollout for the tests whose point is determinism)."""
+    return _config(name, scheduler__clock="real", scheduler__engine_slots=8, **overrides)
+
+
+def _token_rewards(run, trajs):
+    """Rewards that vary within groups (a function of each trajectory's tokens): the smoke policy
+    passes no task, so its verdict rewards give every advantage 0."""
+    return [float(t.num_action_tokens % 3) for t in trajs]
 
 
 def _train(cfg, workdir):
@@ -22,11 +34,11 @@ def _train(cfg, workdir):
 @pytest.mark.slow
 def test_bf16_sampler_icepop_masks_mismatch_and_an_exact_sampler_masks_nothing(tmp_path):
     band = dict(loss__icepop_low=0.9995, loss__icepop_high=1.0005)  # tight: tiny-model bf16 deltas ~1e-3
-    _, rows = _train(_config("bf16_sampler_icepop", **band), tmp_path / "bf16")
+    _, rows = _train(_real("bf16_sampler_icepop", **band), tmp_path / "bf16")
     assert all(r["masked/filter_icepop"] > 0 for r in rows), [r["masked/filter_icepop"] for r in rows]
     assert all(r["mismatch/max_abs_delta"] > 0 for r in rows)
     # control: the default exact f32 sampler with the same filter on the mismatch ratio
-    _, exact = _train(_config("default", loss__filter_ratio="mismatch", **band), tmp_path / "exact")
+    _, exact = _train(_real("default", loss__filter_ratio="mismatch", **band), tmp_path / "exact")
     assert all(r["masked/filter_icepop"] == 0.0 and r["ratio/mismatch"] == 1.0 for r in exact)
     assert all(r["mismatch/max_abs_delta"] == 0.0 for r in exact)
 
@@ -43,15 +55,22 @@ def test_offpolicy_hispo_separates_staleness_from_mismatch(tmp_path):
     assert all(r["weights_mean"] < 1.0 for r in stale)  # admission: stale samples down-weighted
     fresh = [r for r in rows if r["version_gap_max"] == 0]
     assert all(abs(r["ratio/staleness"] - 1) < 1e-6 for r in fresh)
-    assert all("loss/masked/token_staleness" in r and "loss/masked/token_mismatch" in r for r in rows)
+    # HisPO's own masks by value: tests/test_feature_effects.py
 
 
 @pytest.mark.slow
-def test_moe_bf16_sampler_routing_mismatch_is_zero_with_replay_and_not_without(tmp_path):
-    _, replay = _train(_config("moe_r3"), tmp_path / "r3")
+def test_moe_bf16_sampler_routing_mismatch_is_zero_with_replay_and_not_without(tmp_path, monkeypatch):
+    """``routing/mismatch`` is measured on the routes of the forward the loss is computed with
+    (not on the learner's input), and replay changes the loss: both runs train the same first
+    batch (virtual clock, slot engine), so the first step's loss differs only by the routes."""
+    monkeypatch.setattr(loopparts, "batch_rewards", _token_rewards)  # advantages != 0
+    # an int4 sampler's router flips experts often enough that action tokens' own routes differ
+    engine = dict(scheduler__engine_slots=8, sampler__quantize_bits=4)
+    _, replay = _train(_config("moe_r3", **engine), tmp_path / "r3")
     assert all(r["routing/mismatch"] == 0.0 for r in replay)
-    _, free = _train(_config("moe_r3", sampler__replay_routes=False), tmp_path / "free")
-    assert max(r["routing/mismatch"] for r in free) > 0.0
+    _, free = _train(_config("moe_r3", sampler__replay_routes=False, **engine), tmp_path / "free")
+    assert free[0]["routing/mismatch"] > 0.0
+    assert replay[0]["loss/total"] != free[0]["loss/total"] and replay[0]["grad_norm"] != free[0]["grad_norm"]
 
 
 @pytest.mark.slow
@@ -91,15 +110,15 @@ def test_advantage_estimators_differ_on_the_same_first_batch(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_rubric_in_the_reward_changes_the_rewards_and_evidence_mode_does_not(tmp_path):
-    _, ev = _train(_config("default", steps=1), tmp_path / "ev")
-    _, rw = _train(_config("default", steps=1, rubric__mode="reward", rubric__weight=0.5), tmp_path / "rw")
+    _, ev = _train(_real("default", steps=1), tmp_path / "ev")
+    _, rw = _train(_real("default", steps=1, rubric__mode="reward", rubric__weight=0.5), tmp_path / "rw")
     assert ev[0]["batch/reward_mean"] == 0.0  # the tiny policy never passes: verdict rewards are 0
     assert rw[0]["batch/reward_mean"] > 0.0  # ... but its partial rubric credit is in the reward
 
 
 @pytest.mark.slow
 def test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed(tmp_path):
-    summary, rows = _train(_config("default", steps=3, faults__rates={"env_crash": 0.2}), tmp_path)
+    summary, rows = _train(_real("default", steps=3, faults__rates={"env_crash": 0.2}), tmp_path)
     trajs = Journal(tmp_path / "journal.bin").read()
     infra = [t for t in trajs if t.label == "infra_fault"]
     assert len(trajs) >= 40, collections.Counter(t.label for t in trajs)
@@ -120,7 +139,7 @@ def test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed(tmp_pat
 
 @pytest.mark.slow
 def test_noisy_env_curriculum_raises_rates_and_retries_infra_faults(tmp_path):
-    cfg = _config(
+    cfg = _real(
         "noisy_env_curriculum", steps=3, curriculum__gate=0.0, curriculum__floor=0.0, curriculum__ramp_steps=2
     )
     cfg.curriculum.start = dict(tool_error=0.0, timeout=0.0, verifier_crash=0.0, env_crash=0.2)
@@ -137,7 +156,7 @@ def test_dynamic_sampling_drops_uniform_groups_from_the_training_batches(tmp_pat
     """scheduler.uniform_groups='drop': no learner batch holds a group of equal rewards (within
     the drop budget), the dropped episodes end 'filtered' (journaled, never trained), and every
     step trains whole groups. A short warm start gives the tiny policy some passing episodes."""
-    cfg = _config(
+    cfg = _real(
         "default",
         steps=3,
         admission__max_version_gap=8,  # nothing rejected stale: whole groups
@@ -192,3 +211,20 @@ def test_partial_rollout_pauses_episodes_and_resumes_them_under_newer_weights(tm
         assert any(u.recomputed for t in finished for u in t.turns)
     assert max(r["version_gap_max"] for r in rows) <= 3
     assert summary["engine"]["paused"] > 0
+
+
+@pytest.mark.slow
+def test_windowed_fifo_blocks_on_its_head_and_a_wide_window_is_async(tmp_path):
+    """A window of one group is strict FIFO: the learner waits for the oldest submitted group
+    (head-of-line blocking), so its first step comes later on the virtual clock than greedy
+    async's; a window wider than everything in flight consumes exactly as async does."""
+    runs = {}
+    for name, sched in (
+        ("fifo", dict(scheduler__mode="windowed_fifo", scheduler__window=4)),
+        ("wide", dict(scheduler__mode="windowed_fifo", scheduler__window=1 << 20)),
+        ("async", dict(scheduler__mode="async")),
+    ):
+        _, rows = _train(_config("default", steps=2, **sched), tmp_path / name)
+        runs[name] = [(r["virtual_time"], r["loss/total"], r["batch/reward_mean"]) for r in rows]
+    assert runs["wide"] == runs["async"]
+    assert runs["fifo"][0][0] > runs["async"][0][0], runs
