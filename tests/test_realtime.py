@@ -56,6 +56,9 @@ def test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes(t
     assert simulated > 0.1  # seconds of simulated tool latency per step (long-tailed)
     assert pool["service_mean"] >= 0.01 * simulated * 0.9  # each step waited its scaled latency
     assert pool["in_flight_measured"] > 0 and pool["littles_law_rel_error"] < 0.05
+    # Little's law is an identity a serial pool satisfies too: the steps were also served at
+    # once (a pool of one worker never serves two)
+    assert 1 < pool["busy_max"] <= pool["workers"], pool
     # continuous admission: rounds the scheduler submitted while episodes ran joined that call
     # (each result was delivered as its episode ended, not when the call's longest one did)
     assert summary["engine"]["joined_running"] > 0

@@ -145,6 +145,13 @@ def _time_average(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) ->
     return float(overlap.sum() / (t1 - t0)) if t1 > t0 else 0.0
 
 
+def _max_concurrent(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The most intervals ``[start, end)`` open at one instant (an end at t closes before a start
+    at t opens)."""
+    marks = sorted([(float(t), 1) for t in starts] + [(float(t), -1) for t in ends])
+    return max(np.cumsum([d for _, d in marks]), default=0)
+
+
 def pool_stats(
     events, workers: int, t0: float, t1: float, *, in_flight_area: float | None = None
 ) -> dict[str, float]:
@@ -179,6 +186,7 @@ def pool_stats(
         "queue_wait_mean": float(wait.mean()) if ev.size else 0.0,
         "queue_length_mean": _time_average(arrive, start, t0, t1),
         "utilisation": _time_average(start, end, t0, t1) / workers,
+        "busy_max": float(_max_concurrent(start, end)),  # steps served at once (<= workers)
         "in_flight_measured": measured,
         "in_flight_littles_law": predicted,
         "littles_law_rel_error": abs(measured - predicted) / max(measured, 1e-12),
