@@ -1,9 +1,19 @@
-"""Test-wide setup: 8 fake CPU devices and a persistent compilation cache (set before jax loads)."""
+"""Test-wide setup: 8 fake CPU devices, the tests' compile options and a persistent compilation
+cache (set before jax loads).
+
+The suite's programs are tiny, so compiling them costs far more than running them: tests compile
+with LLVM's optimisation level 0 (``TEST_XLA_FLAGS``, also given to the launchers the tests start,
+``tests/runs.py``), which halves the suite's CPU time. XLA's own passes and the exact-mode kernels
+(custom calls built separately) are the same; what a test compares it computes under the same
+flags on both sides. Users, benchmarks and ``launch`` run XLA's defaults.
+"""
 
 import os
 
+from tests.runs import TEST_XLA_FLAGS  # imports no jax
+
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count=8 {TEST_XLA_FLAGS}"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
