@@ -1,0 +1,195 @@
+"""The mutation catalogue: one named, small source patch per feature, and the loop tests that must
+fail under it (issue #27). ``python -m tests.mutations.run`` applies each in a scratch copy of the
+tree and runs its tests; ``docs/mutations.md`` records the last run. ``test_catalogue.py`` keeps
+every patch applicable (its ``find`` text occurs exactly once) in the suite.
+
+A mutation breaks its feature the way a bug would: made a no-op, its mask reported but not
+applied, its parameter ignored, a weight forced to 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    feature: str  # the README row or registry entry it breaks
+    path: str  # relative to the repository root
+    find: str  # occurs exactly once in ``path``
+    replace: str
+    tests: tuple[str, ...]  # pytest node ids; the mutation is killed when one fails
+
+
+FX = "tests/test_feature_effects.py"
+FT = "tests/test_features.py"
+_filters = f"{FX}::test_a_consistency_filter_masks_by_its_parameter_and_the_mask_reaches_the_loss"
+_own = f"{FX}::test_a_loss_honours_its_own_clip_or_bounds_in_the_loop"
+
+
+def _call(fn: str, low: str, high: str) -> str:
+    """The registry's call of loss ``fn`` up to its clip arguments."""
+    head = "".join(f"            {a},\n" for a in ("lp.current", "lp.behavior", "adv", "mask"))
+    return f"        return {fn}(\n{head}            clip_low={low},\n            clip_high={high},"
+
+
+MUTATIONS = (
+    Mutation(
+        "r3_loss_routes_freely",
+        "4 mismatch: routing replay (R3)",
+        "agentjax/learner/step.py",
+        '        routes=batch.get("routes"),\n        mesh=mesh,\n    )\n    values = None',
+        "        routes=None,\n        mesh=mesh,\n    )\n    values = None",
+        (f"{FT}::test_moe_bf16_sampler_routing_mismatch_is_zero_with_replay_and_not_without",),
+    ),
+    Mutation(
+        "filter_mask_reported_not_applied",
+        "4 mismatch: IcePop / KPop",
+        "agentjax/learner/objective.py",
+        "    m = mask * keep\n",
+        "    m = mask\n",
+        (
+            f"{_filters}[icepop]",
+            f"{FT}::test_bf16_sampler_icepop_masks_mismatch_and_an_exact_sampler_masks_nothing",
+        ),
+    ),
+    Mutation(
+        "icepop_band_ignored",
+        "4 mismatch: IcePop",
+        "agentjax/learner/objective.py",
+        "low=cfg.icepop_low, high=cfg.icepop_high",
+        "low=0.5, high=2.0",
+        (f"{_filters}[icepop]",),
+    ),
+    Mutation(
+        "kpop_threshold_ignored",
+        "4 mismatch: KPop",
+        "agentjax/learner/objective.py",
+        "threshold=cfg.kpop_threshold",
+        "threshold=0.05",
+        (f"{_filters}[kpop]",),
+    ),
+    Mutation(
+        "tis_weight_not_applied",
+        "4 mismatch / 5 objectives: TIS",
+        "agentjax/learner/objective.py",
+        "adv) * jax.lax.stop_gradient(tis)",
+        "adv) * 1.0",
+        (f"{FX}::test_truncated_is_weights_the_advantages_and_truncates_at_its_cap",),
+    ),
+    Mutation(
+        "tis_cap_ignored",
+        "4 mismatch / 5 objectives: TIS",
+        "agentjax/learner/objective.py",
+        "train_v - behav, 0.0)), cfg.tis_cap)",
+        "train_v - behav, 0.0)), 2.0)",
+        (f"{FX}::test_truncated_is_weights_the_advantages_and_truncates_at_its_cap",),
+    ),
+    Mutation(
+        "ess_of_even_weights",
+        "3 staleness: ESS",
+        "agentjax/learner/objective.py",
+        'metrics["ess/token_frac"] = obj.ess(w, batch["loss_mask"])',
+        'metrics["ess/token_frac"] = obj.ess(jnp.ones_like(w), batch["loss_mask"])',
+        (f"{FX}::test_ess_falls_below_one_with_a_mismatched_sampler_and_is_one_without",),
+    ),
+    Mutation(
+        "decoupled_behaviour_weight_one",
+        "5 objectives: decoupled PPO",
+        "agentjax/objectives/decoupled.py",
+        "jnp.where(on, w * keep * obj, 0.0)",
+        "jnp.where(on, keep * obj, 0.0)",
+        (f"{FX}::test_decoupled_ppo_weights_by_the_behaviour_ratio",),
+    ),
+    Mutation(
+        "ppo_clip_ignored",
+        "5 objectives: PPO",
+        "agentjax/objectives/registry.py",
+        _call("ppo_loss", "self.clip_low", "self.clip_high"),
+        _call("ppo_loss", "0.2", "0.2"),
+        (f"{_own}[ppo]",),
+    ),
+    Mutation(
+        "gspo_clip_ignored",
+        "5 objectives: GSPO",
+        "agentjax/objectives/registry.py",
+        "gspo_loss(lp.current, lp.behavior, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high)",
+        "gspo_loss(lp.current, lp.behavior, adv, mask, clip_low=3e-4, clip_high=4e-4)",
+        (f"{_own}[gspo]",),
+    ),
+    Mutation(
+        "cispo_clip_ignored",
+        "5 objectives: CISPO",
+        "agentjax/objectives/registry.py",
+        _call("cispo_loss", "self.clip_low", "self.clip_high"),
+        _call("cispo_loss", "self.clip_low", "0.28"),
+        (f"{_own}[cispo]",),
+    ),
+    Mutation(
+        "mis_po_token_bounds_ignored",
+        "5 objectives: MIS-PO",
+        "agentjax/objectives/registry.py",
+        "            token_bounds=self.token_bounds,\n",
+        "            token_bounds=None,\n",
+        (f"{_own}[mis_po]",),
+    ),
+    Mutation(
+        "hispo_mismatch_mask_ignored",
+        "5 objectives: HisPO",
+        "agentjax/objectives/registry.py",
+        "            mismatch_token_bounds=self.mismatch_bounds,\n",
+        "            mismatch_token_bounds=None,\n",
+        (f"{_own}[hispo]",),
+    ),
+    Mutation(
+        "sampler_head_dtype_ignored",
+        "4 mismatch: FP32 head",
+        "agentjax/sampling/precision.py",
+        'for f in ("param_dtype", "compute_dtype", "head_dtype") if getattr(s, f)}',
+        'for f in ("param_dtype", "compute_dtype") if getattr(s, f)}',
+        (f"{FX}::test_sampler_precision_settings_each_change_the_mismatch",),
+    ),
+    Mutation(
+        "sampler_quantisation_ignored",
+        "4 mismatch: quantised sampler",
+        "agentjax/sampling/precision.py",
+        "    if s.quantize_bits:\n        params = fake_quantize(params, s.quantize_bits)",
+        "    if False:\n        params = fake_quantize(params, s.quantize_bits)",
+        (f"{FX}::test_sampler_precision_settings_each_change_the_mismatch",),
+    ),
+    Mutation(
+        "rubric_reward_ignored",
+        "6 reward: rubric in the reward",
+        "agentjax/loopparts.py",
+        '    if run.rubric.mode != "reward":\n',
+        "    if True:\n",
+        (f"{FT}::test_rubric_in_the_reward_changes_the_rewards_and_evidence_mode_does_not",),
+    ),
+    Mutation(
+        "uniform_groups_never_dropped",
+        "6 reward: dynamic sampling",
+        "agentjax/sampling/groups.py",
+        "        if len({r for _, r in members}) > 1:\n",
+        "        if True:\n",
+        (f"{FT}::test_dynamic_sampling_drops_uniform_groups_from_the_training_batches",),
+    ),
+    Mutation(
+        "window_ignored",
+        "2 sync vs async: windowed FIFO",
+        "agentjax/sampling/queue.py",
+        "        return sorted(i for i in completed if i < head + window)",
+        "        return list(completed)",
+        (f"{FT}::test_windowed_fifo_blocks_on_its_head_and_a_wide_window_is_async",),
+    ),
+    Mutation(
+        "env_pool_serial",
+        "1 placement: env pool (Little's law)",
+        "agentjax/sampling/envpool.py",
+        'cf.ThreadPoolExecutor(workers, thread_name_prefix="envpool")',
+        'cf.ThreadPoolExecutor(1, thread_name_prefix="envpool")',
+        (
+            "tests/test_realtime.py::test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes",
+        ),
+    ),
+)
