@@ -79,7 +79,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         return Policy(dataclasses.replace(model, vocab_size=tok.vocab_size), tok, Codec(tok))
     from agentjax.policy import hf_tensors  # noqa: PLC0415
     from agentjax.policy.chat import load_chat_tokenizer  # noqa: PLC0415
-    from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names  # noqa: PLC0415
+    from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names, tensor_prefix  # noqa: PLC0415
     from agentjax.policy.model import param_spec  # noqa: PLC0415
     from agentjax.sampling.chat_codec import ChatCodec  # noqa: PLC0415
 
@@ -92,7 +92,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
             f"vocab_size is {config.vocab_size}"
         )
     files = hf_tensors.open_checkpoint(Path(path), HFImportError)  # shapes checked before training
-    prefix = "model." if "model.embed_tokens.weight" in files.names else ""
+    prefix = tensor_prefix(files.names)
     names, spec = tensor_names(config, prefix), param_spec(config)
     for k, (src, tr) in [(k, v) for k, v in names.items() if k != "layers"]:
         files.check(src, tr, spec[k][0])
