@@ -1,4 +1,4 @@
-"""Tool calls in generated text: Hermes/Qwen JSON and the plain protocol format, both ways.
+"""Tool calls in generated text: Hermes/Qwen, Llama-3 JSON, pythonic, Mistral and plain, both ways.
 
 A model's reply may hold ``<think>...</think>`` blocks (never parsed) and then either
 
@@ -7,6 +7,16 @@ A model's reply may hold ``<think>...</think>`` blocks (never parsed) and then e
       <tool_call>
       {"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}}
       </tool_call>
+
+- **llama3_json** (Llama 3.1-3.3 custom tools; an optional ``<|python_tag|>`` first)::
+
+      {"name": "write", "parameters": {"path": "pkg/core.py", "body": "..."}}
+
+- **pythonic** (Llama 3.2 / Llama 4 style): ``[write(path="pkg/core.py", body="...")]``
+
+- **mistral** (Mistral v0.3 / Nemo templates; text before it is allowed)::
+
+      [TOOL_CALLS] [{"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}}]
 
 - **plain** (the environment protocol's own format, :mod:`agentjax.envs.protocol`)::
 
@@ -28,12 +38,16 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agentjax.choice import Choice
+from agentjax.envs import toolformats
 from agentjax.envs.protocol import ToolCallError, format_tool_call, parse_tool_call
 
 
 class ToolFormat(Choice):
     PLAIN = "plain"  # the reply is the action text itself
     HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+    LLAMA3_JSON = "llama3_json"  # {"name": ..., "parameters": {...}}
+    PYTHONIC = "pythonic"  # [name(arg="...", ...)]
+    MISTRAL = "mistral"  # [TOOL_CALLS] [{"name": ..., "arguments": {...}}]
 
 
 FORMATS = tuple(ToolFormat.values())
@@ -55,6 +69,11 @@ def schema(name: str, description: str, **params: str) -> dict:
             "parameters": {"type": "object", "properties": props, "required": required},
         },
     }
+
+
+def require(fmt: str) -> None:
+    """Raises ImportError now if ``fmt``'s parser (transformers, for the library formats) is missing."""
+    toolformats.require(fmt)
 
 
 def strip_think(text: str) -> str:
@@ -107,6 +126,8 @@ def parse(text: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
         if not reply.strip():
             raise ToolCallError("empty action: expected '<tool_name> [args...]'")
         return reply.strip("\n")
+    if fmt in toolformats.TEMPLATES:
+        return _to_plain(toolformats.parse_call(reply, fmt), _by_name(tools))
     calls = _CALL.findall(reply)
     if not calls:
         if "<tool_call>" in reply:
@@ -139,5 +160,7 @@ def render(plain: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
     args = dict(zip(names, call.args, strict=False))
     if call.body:
         args[BODY] = call.body
+    if fmt in toolformats.TEMPLATES:
+        return toolformats.render_call(call.name, args, fmt)
     obj = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
     return f"<tool_call>\n{obj}\n</tool_call>"

@@ -45,12 +45,14 @@ def stack_cache(cache):
     return {kv: jnp.stack(cache[kv]) for kv in ("k", "v")}
 
 
-def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows):
+def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows, window=None):
     """One layer's attention for rows [N, H, D]; with buffers [B, Hkv, S, D], writes k/v first.
 
     Positions outside ``0 .. S - 2`` write to the sink slot ``S - 1`` (see :func:`init_cache`).
+    ``window``: this layer's sliding window (None: full causal attention).
     """
     b, t = positions.shape
+    opt = dict(window=window, scalar=c.attn_scalar, cap=c.attn_softcap)
     if kbuf is None and c.invariant:  # teacher-forced: the sequence's own keys
         kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)
         o = K.attention(
@@ -62,6 +64,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
             jnp.ones((b, t), bool),
             n_max=c.max_seq_len + 1,
             kind=c.invariant,
+            **opt,
         )
         return o.reshape(q.shape), None, None
     if kbuf is None:
@@ -72,6 +75,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
             positions,
             positions,
             jnp.ones((b, t), bool),
+            **opt,
         )
         return o.reshape(q.shape), None, None
     sink = kbuf.shape[2] - 1
@@ -90,9 +94,10 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
             slots < sink,
             n_max=c.max_seq_len + 1,
             kind=c.invariant,
+            **opt,
         )
         return o.reshape(q.shape), kbuf, vbuf
     if c.exact:
-        return L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, c.exact_tile), kbuf, vbuf
-    o = L.attention_cache(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions)
+        return L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, c.exact_tile, **opt), kbuf, vbuf
+    o = L.attention_cache(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, **opt)
     return o.reshape(q.shape), kbuf, vbuf

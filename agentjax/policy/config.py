@@ -24,10 +24,26 @@ class Remat(Choice):
 
 
 class ExactKernels(Choice):
-    AUTO = "auto"  # "ordered" where the default backend is CPU and the kernels build, else "exact_sum"
+    AUTO = "auto"  # "ordered" on CPU where the kernels build and implement the model, else "exact_sum"
     ORDERED = "ordered"  # float32, every sum in an order fixed per element (policy/ordered.cc, CPU)
     EXACT_SUM = "exact_sum"  # every sum exact in float64 (policy/kernels.py; CPU and GPU)
     TILED = "tiled"  # fixed row tiles of exact_tile rows (the reference construction)
+
+
+class RopeType(Choice):
+    DEFAULT = "default"  # plain RoPE
+    LINEAR = "linear"  # frequencies / rope_factor
+    LLAMA3 = "llama3"  # Llama-3.1+: low frequencies / factor, a smooth band between
+    YARN = "yarn"  # YaRN (Qwen long context): ramped interpolation, cos/sin x rope_attention_factor
+
+
+class Activation(Choice):
+    SILU = "silu"  # SwiGLU (Llama, Qwen, Mistral)
+    GELU_TANH = "gelu_tanh"  # GeGLU with the tanh approximation (Gemma's gelu_pytorch_tanh)
+
+
+# What the ordered CPU kernels implement; other settings need the exact-sum or tiled kernels.
+ORDERED_LACKS = ("mlp_act", "attn_softcap", "final_softcap")
 
 
 class ValueHead(Choice):
@@ -47,7 +63,7 @@ def _check_positive(field: str, value: int) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only transformer of the Llama/Qwen family (RMSNorm, RoPE, SwiGLU, GQA).
+    """A decoder-only transformer of the Llama/Qwen/Mistral/Gemma family (RMSNorm, RoPE, GQA).
 
     ``exact_tile > 0`` selects the batch-invariant kernels (0 = standard XLA kernels); the sampler
     and the learner then produce bitwise-equal log-probs (see docs/consistency.md). Which ones:
@@ -55,7 +71,8 @@ class ModelConfig:
     its CPU kernels fix per output element (``policy/ordered.py``); ``"exact_sum"`` computes
     every sum exactly in float64 (``policy/kernels.py``), so no reduction order exists to depend
     on the batch; ``"auto"`` (default) is ``"ordered"`` when JAX's default backend is the CPU
-    and the kernels build there, else ``"exact_sum"``;
+    and the kernels build there and implement the model (not :data:`ORDERED_LACKS`), else
+    ``"exact_sum"``;
     ``exact_kernels="tiled"`` is the reference construction: every row-wise op runs over fixed
     tiles of ``exact_tile`` rows and attention per query row over ``max_seq_len`` slots. It is a
     kernel choice made once per model, not a mode: both sides always run the same kernels.
@@ -73,7 +90,33 @@ class ModelConfig:
     norm_eps: float = 1e-6
     tie_embeddings: bool = True
     qkv_bias: bool = False  # Qwen2
-    qk_norm: bool = False  # Qwen3
+    qk_norm: bool = False  # Qwen3, Gemma-3
+    # RoPE scaling (policy/rope.py): rope_type and its parameters, as in HF's rope_parameters.
+    rope_type: RopeType = RopeType.DEFAULT
+    rope_factor: float = 1.0
+    rope_original_max_len: int = 0  # original_max_position_embeddings (llama3, yarn)
+    rope_low_freq_factor: float = 1.0  # llama3
+    rope_high_freq_factor: float = 4.0  # llama3
+    rope_beta_fast: float = 32.0  # yarn
+    rope_beta_slow: float = 1.0  # yarn
+    rope_truncate: bool = True  # yarn: integer correction range
+    rope_attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    # Sliding-window attention: a query sees the keys at distance < sliding_window, in the layers
+    # sliding_layers (() = every layer); those layers use plain RoPE of base local_rope_theta
+    # when it is > 0 (Gemma-3), else the model's RoPE. 0 = full attention everywhere.
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
+    local_rope_theta: float = 0.0
+    # Gemma-2/3: embeddings x sqrt(d_model), norm scale (norm_offset + w), GeGLU, a norm after
+    # attention and after the MLP (before each residual add), tanh soft-capping of attention
+    # scores and final logits (0 = none), scores scaled by attn_scalar**-0.5 (0 = head_dim).
+    embed_scale: bool = False
+    norm_offset: float = 0.0
+    mlp_act: Activation = Activation.SILU
+    post_norms: bool = False
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    attn_scalar: float = 0.0
     n_experts: int = 0  # 0 = dense feed-forward
     n_experts_per_token: int = 2
     param_dtype: DType = DType.FLOAT32
@@ -120,6 +163,8 @@ class ModelConfig:
             ("value_head", ValueHead),
             ("remat", Remat),
             ("exact_kernels", ExactKernels),
+            ("rope_type", RopeType),
+            ("mlp_act", Activation),
         ):
             try:
                 object.__setattr__(self, f, cls.parse(f, getattr(self, f)))
@@ -142,6 +187,32 @@ class ModelConfig:
             )
         if self.exact_tile < 0:
             raise ConfigError(f"exact_tile={self.exact_tile} is invalid; 0 (off) or a tile size > 0")
+        self._check_layers()
+
+    def _check_layers(self) -> None:
+        layers = tuple(self.sliding_layers)
+        object.__setattr__(self, "sliding_layers", layers)
+        if self.sliding_window < 0 or (layers and not self.sliding_window):
+            raise ConfigError(
+                f"sliding_window={self.sliding_window} is invalid; > 0 (sliding_layers={layers}), 0 = none"
+            )
+        if len(set(layers)) != len(layers) or not all(0 <= i < self.n_layers for i in layers):
+            raise ConfigError(f"sliding_layers={layers} is invalid; distinct layer indices < n_layers")
+        if self.rope_type in ("llama3", "yarn") and self.rope_original_max_len <= 0:
+            raise ConfigError(
+                f"rope_original_max_len={self.rope_original_max_len} is invalid; rope_type="
+                f"{self.rope_type!r} needs the pretraining length (original_max_position_embeddings)"
+            )
+        for f in ("rope_factor", "attn_softcap", "final_softcap", "attn_scalar", "local_rope_theta"):
+            if not getattr(self, f) >= 0:
+                raise ConfigError(f"{f}={getattr(self, f)!r} is invalid; must be >= 0")
+        if self.exact and self.exact_kernels == "ordered":
+            lacking = [f for f in ORDERED_LACKS if getattr(self, f) not in (0.0, "silu")]
+            if lacking:
+                raise ConfigError(
+                    f"{lacking[0]}={getattr(self, lacking[0])!r} is not implemented by "
+                    "exact_kernels='ordered'; use 'exact_sum' or 'tiled' ('auto' picks 'exact_sum')"
+                )
 
     @property
     def is_moe(self) -> bool:
@@ -160,8 +231,17 @@ class ModelConfig:
         if self.exact_kernels == "auto":
             from agentjax.policy import ordered
 
-            return "ordered" if jax.default_backend() == "cpu" and ordered.available() else "exact_sum"
+            lacking = any(getattr(self, f) not in (0.0, "silu") for f in ORDERED_LACKS)
+            cpu = jax.default_backend() == "cpu" and not lacking
+            return "ordered" if cpu and ordered.available() else "exact_sum"
         return str(self.exact_kernels)
+
+    @property
+    def is_sliding(self) -> tuple[bool, ...]:
+        """Per layer: whether it attends within ``sliding_window`` (and uses the local RoPE)."""
+        if not self.sliding_window:
+            return (False,) * self.n_layers
+        return tuple(not self.sliding_layers or i in self.sliding_layers for i in range(self.n_layers))
 
     @property
     def row_tile(self) -> int:

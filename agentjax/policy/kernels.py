@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy import ordered
+from agentjax.policy import layers, ordered
 
 F64 = jnp.float64
 NEG_INF = -1e30
@@ -175,34 +175,66 @@ def rms_norm(x, scale, eps: float, kind: str = "exact_sum"):
 
 
 @functools.lru_cache(maxsize=16)
-def _rope_tables(max_len: int, d: int, theta: float):
-    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+def _rope_tables(max_len: int, d: int, theta):
+    """cos and sin tables [max_len, d] (float32) of plain RoPE of base ``theta``, or [R, max_len,
+    d] of a tuple of ``Rotary`` (``policy/rope.py``): angles and the scale applied in float64."""
+    if isinstance(theta, tuple):
+        tabs = [_rope_tables_of(max_len, np.asarray(r.inv_freq, np.float64), r.scale) for r in theta]
+        return tuple(np.stack(t) for t in zip(*tabs, strict=True))
+    return _rope_tables_of(max_len, 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d)), 1.0)
+
+
+def _rope_tables_of(max_len: int, inv, scale: float):
     ang = np.arange(max_len, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang), np.sin(ang)
+    cos, sin = np.cos(ang) * scale, np.sin(ang) * scale
     return (
         np.concatenate([cos, cos], -1).astype(np.float32),
         np.concatenate([sin, sin], -1).astype(np.float32),
     )
 
 
-def rope(x, pos, theta: float, max_len: int):
+def rope(x, pos, theta, max_len: int, which=None):
     """Rotary embedding with float32 tables of positions ``0 .. max_len - 1`` (computed once in
-    float64 on the host); positions outside are clipped (padding). x: [N, H, D], pos: [N]."""
-    from agentjax.policy.layers import rope as standard_rope
-
+    float64 on the host); positions outside are clipped (padding). x: [N, H, D], pos: [N].
+    ``theta``, ``which``: as :func:`agentjax.policy.layers.rope`."""
     d = x.shape[-1]
-    cos_t, sin_t = _rope_tables(max_len, d, float(theta))
+    cos_t, sin_t = _rope_tables(max_len, d, theta if isinstance(theta, tuple) else float(theta))
 
     def exact(x_, pos_):
         idx = jnp.clip(pos_, 0, max_len - 1)
-        cos, sin = jnp.asarray(cos_t)[idx][:, None, :], jnp.asarray(sin_t)[idx][:, None, :]
+        cos, sin = jnp.asarray(cos_t), jnp.asarray(sin_t)
+        if which is not None:
+            cos, sin = cos[which], sin[which]
+        cos, sin = cos[idx][:, None, :], sin[idx][:, None, :]
         with jax.enable_x64(True):
             xf = cast(x_, F64)
             rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
             out = xf * cos.astype(F64) + rot * sin.astype(F64)  # exact products, one rounding
             return cast(cast(out, jnp.float32), x_.dtype)
 
-    return _with_standard_grad(exact, lambda x_, p_: standard_rope(x_, p_, theta))(x, pos)
+    return _with_standard_grad(exact, lambda x_, p_: layers.rope(x_, p_, theta, which))(x, pos)
+
+
+def scale(x, c: float):
+    """``x * c`` (``c`` rounded to x's dtype) as one exact float64 product rounded once: the f32
+    multiply fused into different consumers changed sampler-vs-learner bits (Gemma's sqrt(d))."""
+
+    def exact(x_):
+        with jax.enable_x64(True):
+            c64 = np.float64(np.asarray(c, x_.dtype).astype(np.float32))
+            return cast(cast(x_, F64) * c64, x_.dtype)
+
+    return _with_standard_grad(exact, lambda x_: x_ * jnp.asarray(c, x_.dtype))(x)
+
+
+def softcap(z, cap: float):
+    """float32 ``cap * tanh(z / cap)`` computed in float64 (Gemma's final-logit soft-capping)."""
+
+    def exact(z_):
+        with jax.enable_x64(True):
+            return cast(cap * jnp.tanh(cast(z_, F64) / cap), jnp.float32)
+
+    return _with_standard_grad(exact, lambda z_: layers.softcap(z_.astype(jnp.float32), cap))(z)
 
 
 def _log_softmax64(z, then=lambda x: x):
@@ -232,11 +264,14 @@ def softmax(z, kind: str = "exact_sum"):
     return _with_standard_grad(exact, lambda z_: jax.nn.softmax(z_.astype(jnp.float32)))(z)
 
 
-def gated(g, u, kind: str = "exact_sum"):
-    """SwiGLU's ``silu(g) * u`` in g's dtype; the ordered kernels use their own exp (XLA's exp
-    differs between the libraries it hands fusions to)."""
+def gated(g, u, kind: str = "exact_sum", act: str = "silu"):
+    """SwiGLU's ``silu(g) * u`` (or GeGLU's, ``act="gelu_tanh"``) in g's dtype; the ordered
+    kernels use their own exp (XLA's exp differs between the libraries it hands fusions to) and
+    implement only silu (``ModelConfig`` refuses the rest with them)."""
     if kind != "ordered":
-        return jax.nn.silu(g) * u
+        return layers.act(g, act) * u
+    if act != "silu":
+        raise ValueError(f"the ordered kernels implement only silu; got {act!r} (see ModelConfig)")
     exact = lambda g_, u_: cast(ordered.swiglu(cast(g_, jnp.float32), cast(u_, jnp.float32)), g_.dtype)
     return _with_standard_grad(exact, lambda g_, u_: jax.nn.silu(g_) * u_)(g, u)
 
@@ -270,15 +305,16 @@ def weighted_sum(h, w):
     return _with_standard_grad(exact, standard)(h, w)
 
 
-def _attention_standard(q, k, v, mask):
+def _attention_standard(q, k, v, mask, scalar=0.0, cap=0.0):
     """Reference for the gradient: q [B,Hkv,R,D], k/v [B,Hkv,S,D], mask [B,Hkv or 1,R,S]."""
     d = q.shape[-1]
-    s = jnp.einsum("bkrd,bksd->bkrs", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(d))
+    s = jnp.einsum("bkrd,bksd->bkrs", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(scalar or d))
+    s = layers.softcap(s, cap)
     w = jax.nn.softmax(jnp.where(mask, s, NEG_INF), axis=-1).astype(v.dtype)
     return jnp.einsum("bkrs,bksd->bkrd", w, v)
 
 
-def _attention_exact(q, k, v, mask, n_max: int):
+def _attention_exact(q, k, v, mask, n_max: int, scalar=0.0, cap=0.0):
     d = q.shape[-1]
     batch = ((0, 1), (0, 1))
     with jax.enable_x64(True):
@@ -287,7 +323,8 @@ def _attention_exact(q, k, v, mask, n_max: int):
         ki, ek = _grid(k, (3,), bits)
         s = jax.lax.dot_general(qi, ki, (((3,), (3,)), batch))  # [B,Hkv,R,S] exact integers
         s = s * jax.lax.dot_general(_pow2(eq), _pow2(ek), (((3,), (3,)), batch))
-        s = cast(s / np.sqrt(np.float64(d)), jnp.float32)
+        s = s / np.sqrt(np.float64(scalar or d))
+        s = cast(cap * jnp.tanh(s / cap) if cap else s, jnp.float32)
         s = jnp.where(mask, s, NEG_INF)
         m = jnp.max(s, axis=-1, keepdims=True)
         e = jnp.where(mask, jnp.exp(s.astype(F64) - m.astype(F64)), 0.0)  # <= 1, max == 1
@@ -300,13 +337,13 @@ def _attention_exact(q, k, v, mask, n_max: int):
         return cast(cast(num / den[..., None], jnp.float32), v.dtype)
 
 
-def _attention_ordered(q, k, v, mask):
+def _attention_ordered(q, k, v, mask, scalar=0.0):
     """Fixed-order attention: both contractions are FMA chains in key order, and masked keys
     weigh exactly 0, so a learner pass over T keys and a decode step over the cache agree. The
     softmax denominator is the same chain over a column of ones appended to ``v``."""
     b, hkv, r, d = q.shape
     s = k.shape[2]
-    qs = cast(q, jnp.float32) * np.float32(1.0 / np.sqrt(d))  # feeds the custom call: no contraction
+    qs = cast(q, jnp.float32) * np.float32(1.0 / np.sqrt(scalar or d))  # feeds the custom call
     kt = cast(k, jnp.float32).swapaxes(2, 3).reshape(b * hkv, d, s)
     sc = ordered.dot(qs.reshape(b * hkv, r, d), kt).reshape(b, hkv, r, s)
     e = ordered.softmax(jnp.where(mask, sc, -jnp.inf), ordered.EXP_SHIFTED)  # masked: exactly 0
@@ -315,8 +352,11 @@ def _attention_ordered(q, k, v, mask):
     return cast(nd[..., :d] / nd[..., d:], v.dtype)
 
 
-def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int, kind: str = "exact_sum"):
-    """Grouped-query causal attention with exact sums over keys.
+def attention(
+    q, k, v, q_pos, k_pos, k_valid, n_max: int, kind: str = "exact_sum", window=None, scalar=0.0, cap=0.0
+):
+    """Grouped-query causal attention with exact sums over keys (``window``, ``scalar``, ``cap``:
+    see :func:`agentjax.policy.layers.attention_standard`; the ordered kernels have no ``cap``).
 
     q: [B, T, H, D]; k, v: [B, Hkv, S, D] (the KV-cache layout); q_pos [B, T]; k_pos, k_valid
     [B, S]. Query t attends to the valid keys with ``k_pos <= q_pos[t]``. ``n_max`` bounds the
@@ -329,12 +369,16 @@ def attention(q, k, v, q_pos, k_pos, k_valid, n_max: int, kind: str = "exact_sum
     g = h // hkv
     qr = q.reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
     mask = (k_pos[:, None, :] <= q_pos[:, :, None]) & k_valid[:, None, :]  # [B,T,S]
+    mask = mask & layers.local_mask(q_pos, k_pos, window)
     mask = jnp.broadcast_to(mask[:, None, None], (b, 1, g, t, k.shape[2])).reshape(b, 1, g * t, -1)
     if kind == "ordered":
-        exact = _attention_ordered
+        if cap:
+            raise ValueError("the ordered kernels have no attention soft-capping (see ModelConfig)")
+        exact = lambda q_, k_, v_, m_: _attention_ordered(q_, k_, v_, m_, scalar)
     else:
-        exact = lambda q_, k_, v_, m_: _attention_exact(q_, k_, v_, m_, n_max)
-    o = _with_standard_grad(exact, _attention_standard)(qr, k, v, mask)
+        exact = lambda q_, k_, v_, m_: _attention_exact(q_, k_, v_, m_, n_max, scalar, cap)
+    standard = lambda q_, k_, v_, m_: _attention_standard(q_, k_, v_, m_, scalar, cap)
+    o = _with_standard_grad(exact, standard)(qr, k, v, mask)
     return o.reshape(b, hkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
 
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh
 
+from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
 from agentjax.policy.attention import init_cache, stack_cache, unstack_cache
 from agentjax.policy.config import ModelConfig, ValueHead
@@ -116,6 +117,9 @@ def _head(c: ModelConfig, params, x, b, t, logits_at):
         rows = jnp.arange(b, dtype=jnp.int32)[:, None] * t + jnp.clip(logits_at, 0, t - 1)
         x, t = x[rows.reshape(-1)], k
     logits = L.rowwise(lambda x_: mm(c, pin(c, x_).astype(c.hdtype), head), c.row_tile, x)
+    if c.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
+        capped = K.softcap(logits, c.final_softcap) if c.invariant else L.softcap(logits, c.final_softcap)
+        logits = capped.astype(logits.dtype)
     return logits.reshape(b, t, -1)
 
 

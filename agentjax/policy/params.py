@@ -19,6 +19,9 @@ def _layer_shapes(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[str 
         "wo": ((n, h * hd, d), ("layers", "heads", "embed")),
         "mlp_norm": ((n, d), ("layers", "norm")),
     }
+    if c.post_norms:
+        s["post_attn_norm"] = ((n, d), ("layers", "norm"))
+        s["post_mlp_norm"] = ((n, d), ("layers", "norm"))
     if c.qkv_bias:
         s["bq"] = ((n, h * hd), ("layers", "heads"))
         s["bk"] = ((n, kv * hd), ("layers", "kv_heads"))
@@ -51,8 +54,15 @@ def _trunk_shapes(c: ModelConfig, with_lm_head: bool):
 
 
 def critic_config(c: ModelConfig) -> ModelConfig:
-    """The separate critic: the policy's shapes with ``critic_layers`` dense layers."""
-    return c.replace(n_layers=c.critic_layers, n_experts=0, value_head="none", tie_embeddings=True)
+    """The separate critic: the policy's shapes with ``critic_layers`` dense full-attention layers."""
+    return c.replace(
+        n_layers=c.critic_layers,
+        n_experts=0,
+        value_head="none",
+        tie_embeddings=True,
+        sliding_window=0,
+        sliding_layers=(),
+    )
 
 
 def param_spec(c: ModelConfig):
@@ -82,6 +92,7 @@ def axes_of(params):
         tie_embeddings="lm_head" not in params,
         qkv_bias="bq" in lay,
         qk_norm="q_norm" in lay,
+        post_norms="post_attn_norm" in lay,
         n_experts=2 if "router" in lay else 0,
         value_head="shared" if "value_head" in params else "separate" if "critic" in params else "none",
     )

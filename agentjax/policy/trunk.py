@@ -8,10 +8,12 @@ import enum
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
+from agentjax.policy import rope as R
 from agentjax.policy.attention import attend, unstack_cache
 from agentjax.policy.config import ModelConfig
 
@@ -28,18 +30,34 @@ def pin(c: ModelConfig, x):
 
 
 def norm(c: ModelConfig, x, scale):
+    """RMSNorm with scale ``norm_offset + w`` (Gemma's ``1 + w``, in float32)."""
+    if c.norm_offset:
+        scale = scale.astype(jnp.float32) + jnp.float32(c.norm_offset)
     if c.invariant:
         return K.rms_norm(x, scale, c.norm_eps, c.invariant)
     return L.rms_norm(x, scale, c.norm_eps)
 
 
-def rope(c: ModelConfig, x, pos):
+def rope(c: ModelConfig, x, pos, which):
+    """RoPE of the layer: ``which`` picks global (0) or local (1) frequencies (``policy/rope.py``)."""
+    theta, which = (c.rope_theta, None) if R.is_plain(c) else (R.rotaries(c), which)
     if c.invariant:
-        return K.rope(x, pos, c.rope_theta, c.max_seq_len)
-    return L.rope(x, pos, c.rope_theta)
+        return K.rope(x, pos, theta, c.max_seq_len, which)
+    return L.rope(x, pos, theta, which)
 
 
-def qkv(c: ModelConfig, p, x, pos):
+def layer_kind(c: ModelConfig, i):
+    """Layer ``i``'s (sliding window or None, RoPE index); ``i`` may be traced (a scan)."""
+    sliding = c.is_sliding
+    if not any(sliding):
+        return None, 0
+    if all(sliding):
+        return c.sliding_window, 1
+    local = jnp.asarray(np.array(sliding, np.int32))[i]
+    return jnp.where(local > 0, c.sliding_window, c.max_seq_len + 2), local
+
+
+def qkv(c: ModelConfig, p, x, pos, which=0):
     """Row-wise: pre-norm, q/k/v projections, optional bias and q/k norm, RoPE."""
     dt = x.dtype
     a = norm(c, x, p["attn_norm"])
@@ -57,23 +75,30 @@ def qkv(c: ModelConfig, p, x, pos):
     v = v.reshape(n, c.n_kv_heads, c.head_dim)
     if c.qk_norm:
         q, k = norm(c, q, p["q_norm"]), norm(c, k, p["k_norm"])
-    return rope(c, q, pos), rope(c, k, pos), v
+    return rope(c, q, pos, which), rope(c, k, pos, which), v
 
 
 def post_attention(c: ModelConfig, p, x, o, forced):
-    """Row-wise: output projection, residual, pre-norm feed-forward (dense or MoE), residual."""
-    x = pin(c, x + mm(c, o.reshape(x.shape[0], -1), p["wo"]))
+    """Row-wise: output projection, [post-norm,] residual, pre-norm feed-forward (dense or MoE),
+    [post-norm,] residual."""
+    a = mm(c, o.reshape(x.shape[0], -1), p["wo"])
+    if c.post_norms:
+        a = norm(c, pin(c, a), p["post_attn_norm"])
+    x = pin(c, x + a)
     m = norm(c, x, p["mlp_norm"])
+    chosen = probs = None
     if c.invariant and not c.is_moe:
         gu = K.matmul(m, jnp.concatenate([p["w_gate"], p["w_up"]], axis=1), c.invariant)
-        h = pin(c, K.gated(gu[:, : c.d_ff], gu[:, c.d_ff :], c.invariant))
-        return pin(c, x + K.matmul(h, p["w_down"], c.invariant)), None, None
-    if not c.is_moe:
-        return x + L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"]), None, None
-    if c.invariant:
+        h = pin(c, K.gated(gu[:, : c.d_ff], gu[:, c.d_ff :], c.invariant, c.mlp_act))
+        y = K.matmul(h, p["w_down"], c.invariant)
+    elif not c.is_moe:
+        y = L.swiglu(m, p["w_gate"], p["w_up"], p["w_down"], c.mlp_act)
+    elif c.invariant:
         y, chosen, probs = K.moe(m, p, c.n_experts_per_token, forced, kind=c.invariant)
     else:
         y, chosen, probs = L.moe(m, p, c.n_experts_per_token, forced)
+    if c.post_norms:
+        y = norm(c, pin(c, y), p["post_mlp_norm"])
     return pin(c, x + y), chosen, probs
 
 
@@ -162,7 +187,11 @@ def trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, 
     rows = _rows_sharding(c, mesh)
     pos_rows = positions.reshape(n).astype(jnp.int32)
     batch_rows = jnp.repeat(jnp.arange(b, dtype=jnp.int32), t)
-    x = pin(c, tp["embed"][tokens.reshape(n)].astype(c.cdtype))
+    x = tp["embed"][tokens.reshape(n)].astype(c.cdtype)
+    if c.embed_scale:  # Gemma: x sqrt(d_model), the factor rounded to the activations' dtype
+        root = np.sqrt(c.d_model)
+        x = K.scale(x, root) if c.invariant else x * jnp.asarray(root, c.cdtype)
+    x = pin(c, x)
     forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
     # The tiled exact kernels without a cache still attend over a fresh buffer of exactly
     # max_seq_len slots (plus the write sink, see init_cache).
@@ -172,10 +201,11 @@ def trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, 
         cache = {"k": jnp.zeros(shape, c.cdtype), "v": jnp.zeros(shape, c.cdtype)}
         cache = unstack_cache(cache) if unrolled else cache
 
-    def block(x, p, forced, kbuf, vbuf):
+    def block(x, p, forced, kbuf, vbuf, i):
         x = _constrain_rows(rows, x)
-        q, k, v = L.rowwise(lambda x_, pos_: qkv(c, p, x_, pos_), tile, x, pos_rows)
-        o, kbuf, vbuf = attend(c, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows)
+        window, which = layer_kind(c, i)
+        q, k, v = L.rowwise(lambda x_, pos_: qkv(c, p, x_, pos_, which), tile, x, pos_rows)
+        o, kbuf, vbuf = attend(c, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows, window)
         post = lambda x_, o_, f_: post_attention(c, p, x_, o_, f_)
         if forced is None:
             x, chosen, probs = L.rowwise(lambda x_, o_: post(x_, o_, None), tile, x, o)
@@ -195,7 +225,7 @@ def _unrolled_layers(c: ModelConfig, block, x, layers, cache, forced_all):
     for i, p in enumerate(layers):
         kb, vb = (None, None) if cache is None else (cache["k"][i], cache["v"][i])
         forced = None if forced_all is None else forced_all[i]
-        x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
+        x, kb, vb, ch, pr = block(x, p, forced, kb, vb, i)
         ks, vs, chosen, probs = ks + [kb], vs + [vb], chosen + [ch], probs + [pr]
     cache = None if cache is None else {"k": tuple(ks), "v": tuple(vs)}
     chosen = None if chosen[0] is None else jnp.stack(chosen)
@@ -211,7 +241,7 @@ def _scanned_layers(c: ModelConfig, block, x, layers, cache, forced_all):
         x, ck, cv = carry
         p, i, forced = xs
         kb, vb = (None, None) if ck is None else (ck[i], cv[i])
-        x, kb, vb, ch, pr = block(x, p, forced, kb, vb)
+        x, kb, vb, ch, pr = block(x, p, forced, kb, vb, i)
         if ck is not None:
             ck = jax.lax.dynamic_update_index_in_dim(ck, kb, i, 0)
             cv = jax.lax.dynamic_update_index_in_dim(cv, vb, i, 0)

@@ -34,6 +34,7 @@ class ChatCodec:
 
     def __post_init__(self):
         object.__setattr__(self, "tool_format", toolcalls.ToolFormat.parse("tool_format", self.tool_format))
+        toolcalls.require(self.tool_format)  # a format's parser is importable, checked at start
         tail = self.tokenizer.encode(self.template.observation(""))
         head = self.tokenizer.encode(self.template.observation("\x01"))
         keep = 0  # tokens of the next generation prompt, kept when an observation is cut

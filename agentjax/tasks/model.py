@@ -4,9 +4,9 @@
 ``tokenizer.json``, ``tokenizer_config.json`` with a chat template) gives the architecture, the
 weights, the tokenizer and the chat template; the run config gives only the fields of
 :class:`HFModel` (dtype, ``max_seq_len``, kernel choices, and ``tool_format``: how the model
-writes tool calls, ``hermes`` or ``plain``). Without it, the ``model`` section is a
-:class:`~agentjax.policy.config.ModelConfig` and the task's vocabulary (minirepo's word tokenizer)
-sets its ``vocab_size``.
+writes tool calls: ``hermes``, ``llama3_json``, ``pythonic``, ``mistral`` or ``plain``). Without
+it, the ``model`` section is a :class:`~agentjax.policy.config.ModelConfig` and the task's
+vocabulary (minirepo's word tokenizer) sets its ``vocab_size``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         return Policy(dataclasses.replace(model, vocab_size=tok.vocab_size), tok, Codec(tok))
     from agentjax.policy import hf_tensors  # noqa: PLC0415
     from agentjax.policy.chat import load_chat_tokenizer  # noqa: PLC0415
-    from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names  # noqa: PLC0415
+    from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names, tensor_prefix  # noqa: PLC0415
     from agentjax.policy.model import param_spec  # noqa: PLC0415
     from agentjax.sampling.chat_codec import ChatCodec  # noqa: PLC0415
 
@@ -92,7 +92,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
             f"vocab_size is {config.vocab_size}"
         )
     files = hf_tensors.open_checkpoint(Path(path), HFImportError)  # shapes checked before training
-    prefix = "model." if "model.embed_tokens.weight" in files.names else ""
+    prefix = tensor_prefix(files.names)
     names, spec = tensor_names(config, prefix), param_spec(config)
     for k, (src, tr) in [(k, v) for k, v in names.items() if k != "layers"]:
         files.check(src, tr, spec[k][0])
