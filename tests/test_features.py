@@ -6,6 +6,7 @@ import collections
 import json
 import os
 
+import numpy as np
 import pytest
 
 from agentjax import loopparts, runstate, system
@@ -228,3 +229,38 @@ def test_windowed_fifo_blocks_on_its_head_and_a_wide_window_is_async(tmp_path):
         runs[name] = [(r["virtual_time"], r["loss/total"], r["batch/reward_mean"]) for r in rows]
     assert runs["wide"] == runs["async"]
     assert runs["fifo"][0][0] > runs["async"][0][0], runs
+
+
+@pytest.mark.slow
+def test_gae_bootstraps_rows_the_system_cut_with_the_critic_value(tmp_path, monkeypatch):
+    """GAE's truncation bootstrap in the loop: with a rewritten context each turn is its own
+    learner row and every turn but the last is cut by the system (``bootstrap = 1``: the episode
+    goes on), so its last value is the critic's, not a silent 0. The loop's own first train step,
+    re-run on its own batch with the bootstrap flags zeroed, must give another loss."""
+    import jax
+    import jax.numpy as jnp
+
+    from agentjax.learner import step as learner_step
+
+    calls = []
+    make = learner_step.make_train_step
+
+    def spy(*a, **k):
+        fn = make(*a, **k)
+
+        def wrapped(state, batch, *rest):
+            if not calls:
+                calls.append((fn, jax.tree.map(jnp.copy, state), batch, rest))
+            return fn(state, batch, *rest)
+
+        return wrapped
+
+    monkeypatch.setattr(runstate, "make_train_step", spy)
+    critic = dict(model__value_head="shared", loss__advantage="gae", loss__value_coef=0.5)
+    _train(_config("default", steps=1, context__policy="drop_oldest_observations", **critic), tmp_path)
+    fn, state, batch, rest = calls[0]
+    cut = np.asarray(batch["bootstrap"]) > 0
+    assert cut.any() and np.asarray(batch["loss_mask"])[cut].sum() > 0  # trained rows that go on
+    _, with_boot = fn(state, batch, *rest)
+    _, without = fn(state, {**batch, "bootstrap": jnp.zeros_like(batch["bootstrap"])}, *rest)
+    assert float(with_boot["loss/total"]) != float(without["loss/total"])

@@ -192,4 +192,12 @@ MUTATIONS = (
             "tests/test_realtime.py::test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes",
         ),
     ),
+    Mutation(
+        "gae_bootstrap_zeroed",
+        "6 credit: GAE truncation bootstrap",
+        "agentjax/learner/critic.py",
+        "[:, 0] * bootstrap",
+        "[:, 0] * 0.0",
+        (f"{FT}::test_gae_bootstraps_rows_the_system_cut_with_the_critic_value",),
+    ),
 )
