@@ -136,6 +136,10 @@ def test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed(tmp_pat
     assert led["device_seconds"]["retry_waste"] > 0  # the crashed episodes' generation
     sch = summary["scheduler"]
     assert sch["slowest_class"] in {t.task_class for t in trajs} and "long_task_drop_rate" not in sch
+    # fast-first bias is measured on the drops: a class with a crashed (never trained) episode
+    # has a positive drop rate
+    crashed = {t.task_class for t in infra}
+    assert crashed and all(sch["drop_rate_by_class"][c] > 0 for c in crashed), sch["drop_rate_by_class"]
 
 
 @pytest.mark.slow

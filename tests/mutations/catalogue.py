@@ -200,4 +200,12 @@ MUTATIONS = (
         "[:, 0] * 0.0",
         (f"{FT}::test_gae_bootstraps_rows_the_system_cut_with_the_critic_value",),
     ),
+    Mutation(
+        "drop_rates_stuck_at_zero",
+        "2 async: fast-first bias (drop rate by class)",
+        "agentjax/diagnostics/metrics.py",
+        "drop = {c: float(np.mean([not t for _, t in v])) for c, v in sorted(by.items())}",
+        "drop = {c: 0.0 for c, v in sorted(by.items())}",
+        (f"{FT}::test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed",),
+    ),
 )
