@@ -1,7 +1,9 @@
 """Applies each mutation of the catalogue in a scratch copy of the tree and runs its tests.
 
-    python -m tests.mutations.run                      # all; writes docs/mutations.md
+    python -m tests.mutations.run                      # all
     python -m tests.mutations.run --only window_ignored --only tis_cap_ignored
+
+Either updates the rows of the mutations it ran in ``docs/mutations.md``'s table.
 
 A mutation is *killed* when one of its tests fails (pytest exit 1), *survived* when they all
 pass, and an *error* when pytest could not run them (collection error, exit 2-5): a patch that
@@ -70,16 +72,25 @@ def run_one(m: Mutation, timeout: float) -> dict:
     }
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| mutation | feature | file | verdict | killed by | s |", "|---|---|---|---|---|---|"]
-    by_name = {m.name: m for m in MUTATIONS}
-    for r in rows:
-        m = by_name[r["name"]]
-        killer = r["killed_by"][0].split("::", 1)[-1] if r["killed_by"] else "-"
-        lines.append(
-            f"| `{m.name}` | {m.feature} | `{m.path}` | {r['verdict']} | `{killer}` | {r['seconds']:.0f} |"
-        )
-    return "\n".join(lines)
+def table_row(r: dict) -> str:
+    m = {m.name: m for m in MUTATIONS}[r["name"]]
+    killer = r["killed_by"][0].split("::", 1)[-1] if r["killed_by"] else "-"
+    return f"| `{m.name}` | {m.feature} | `{m.path}` | {r['verdict']} | `{killer}` | {r['seconds']:.0f} |"
+
+
+def merge_table(doc: str, rows: list[dict]) -> str:
+    """``doc`` with its table's rows for ``rows``' mutations replaced (the others kept), in the
+    catalogue's order; the text before ``<!-- table -->`` is kept."""
+    head, _, old = doc.partition("<!-- table -->")
+    lines = {}
+    for ln in old.splitlines():
+        name = re.match(r"\| `([^`]+)` \|", ln)
+        if name:
+            lines[name.group(1)] = ln
+    lines.update({r["name"]: table_row(r) for r in rows})
+    body = [lines[m.name] for m in MUTATIONS if m.name in lines]
+    hdr = ["| mutation | feature | file | verdict | killed by | s |", "|---|---|---|---|---|---|"]
+    return head + "<!-- table -->\n" + "\n".join(hdr + body) + "\n"
 
 
 def main(argv=None) -> int:
@@ -99,11 +110,8 @@ def main(argv=None) -> int:
         print(f"{r['name']}: {r['verdict']} {r['killed_by']} {r['seconds']:.0f}s", flush=True)
         if r["verdict"] != "killed":
             print(r["tail"], flush=True)
-    if not a.only:
-        head = open(a.out).read().split("<!-- table -->")[0] if os.path.exists(a.out) else ""
-        open(a.out, "w").write(f"{head}<!-- table -->\n{table(rows)}\n")
-    else:
-        print(table(rows))
+    doc = open(a.out).read() if os.path.exists(a.out) else ""
+    open(a.out, "w").write(merge_table(doc, rows))
     return 0 if all(r["verdict"] == "killed" for r in rows) else 1
 
 
