@@ -21,6 +21,8 @@ import pytest
 from agentjax import loopparts, system
 from tests.runs import tiny_config
 
+pytestmark = pytest.mark.slow  # each test trains (the memoised runs are shared within the module)
+
 BASE = dict(
     loss__filter="none",
     loss__filter_ratio="mismatch",  # the filters compare the two engines at the same parameters
