@@ -98,6 +98,7 @@ _OWN = [  # (loss, tight settings, wide settings, the metric its tight setting m
     ("gspo", dict(clip_low=1e-6, clip_high=1e-6), dict(clip_low=0.99, clip_high=100.0), "loss/clip_fraction"),
     ("cispo", dict(clip_high=1e-3), dict(clip_high=100.0), "loss/clip_fraction"),
     ("ppo", dict(clip_low=1e-3, clip_high=1e-3), dict(clip_low=0.99, clip_high=100.0), "loss/clip_fraction"),
+    ("grpo", dict(clip_low=1e-3, clip_high=1e-3), dict(clip_low=0.99, clip_high=100.0), "loss/clip_fraction"),
     (
         "mis_po",
         dict(token_bounds=(0.95, 1.05)),

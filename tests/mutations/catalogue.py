@@ -208,4 +208,28 @@ MUTATIONS = (
         "drop = {c: 0.0 for c, v in sorted(by.items())}",
         (f"{FT}::test_injected_infra_faults_are_masked_at_their_rate_and_never_zeroed",),
     ),
+    Mutation(
+        "grpo_clip_ignored",
+        "5 objectives: GRPO",
+        "agentjax/objectives/registry.py",
+        "            clip_high=self.clip_high,\n            ref_logp=ref_logp,",
+        "            clip_high=0.2,\n            ref_logp=ref_logp,",
+        (f"{_own}[grpo]",),
+    ),
+    Mutation(
+        "rloo_is_group_mean",
+        "6 credit: advantage estimators (RLOO)",
+        "agentjax/learner/batching.py",
+        '        if estimator == "rloo":\n',
+        '        if estimator == "never":\n',
+        (f"{FT}::test_advantage_estimators_differ_on_the_same_first_batch",),
+    ),
+    Mutation(
+        "std_scale_ignored",
+        "6 credit: advantage estimators (GRPO's std)",
+        "agentjax/learner/batching.py",
+        'scale="std" if estimator == "group_std" else "none"',
+        'scale="none"',
+        (f"{FT}::test_advantage_estimators_differ_on_the_same_first_batch",),
+    ),
 )
