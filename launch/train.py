@@ -60,6 +60,7 @@ def main(argv):
     from agentjax.policy.config import ConfigError
     from agentjax.sampling.replay import ScheduleError
     from agentjax.sharding.exchange import PeerError
+    from agentjax.workdir import WorkdirError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
@@ -72,6 +73,9 @@ def main(argv):
         )
     except ConfigError as e:
         print(f"invalid config: {e}", file=sys.stderr)
+        return 2
+    except WorkdirError as e:  # not writable, too little space, or another live run holds it
+        print(f"workdir error: {e}", file=sys.stderr)
         return 2
     except CheckpointError as e:
         print(f"checkpoint error: {e}", file=sys.stderr)
