@@ -191,6 +191,17 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, r.tx, run.seed), step=step)
     meta = restored.metadata
     durable.check_config(meta.get("config"), config_record(run), f"checkpoint step {step} ({ckdir})")
+    # The files the run only reads or cuts are checked before a scheduler (and its threads) exists.
+    text, torn = durable.metrics_lines(r.metrics_path, step)
+    scan = r.journal.scan()
+    if len(scan.records) < meta["journaled"]:
+        cut = f" (a torn record at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else ""
+        hint = durable.journal_hint(ckdir, step, steps, len(scan.records), snapshot_intact)
+        raise ckpt.CheckpointError(
+            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
+            f"records{cut} but the checkpoint journaled {meta['journaled']}: committed trajectories "
+            f"were lost. {hint}"
+        )
     path = durable.snapshot_path(ckdir, step)
     tasks = iter(task_dataset(r.parts))
     tasks.set_state(meta["data_iterator"])
@@ -220,14 +231,6 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
-    text, torn = durable.metrics_lines(r.metrics_path, step)
-    scan = r.journal.scan()
-    if len(scan.records) < meta["journaled"]:
-        raise ckpt.CheckpointError(
-            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
-            f"records but the checkpoint journaled {meta['journaled']}: committed trajectories "
-            "were lost; start a new --workdir"
-        )
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
     if r.writer:  # one process writes the workdir's files (several processes: process 0)
         with open(r.metrics_path) as f:

@@ -279,6 +279,38 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
     )
 
 
+def test_a_torn_journal_record_fails_at_once_naming_the_file_and_the_repair(reference, tmp_path):
+    """The journal's last record cut mid-write, though checkpoint 12 counted it: --resume fails in
+    seconds with a message naming journal.bin and the checkpoint to resume from, and changes
+    nothing; following it (drop step 12) the resume drops the torn tail and finishes. (Each byte
+    position of a record: tests/learner/test_journal.py.)"""
+    import shutil
+
+    from agentjax.learner.journal import Journal
+
+    wd = str(tmp_path / "wd")
+    shutil.copytree(reference[0], wd)
+    journal = Journal(os.path.join(wd, "journal.bin"))
+    scan = journal.scan()
+    size = os.path.getsize(journal.path)
+    os.truncate(journal.path, size - 7)  # the last record's body, cut
+    before = _files(wd)
+    out = _train(wd, "--resume", timeout=300)
+    ck = os.path.join(wd, "checkpoints")
+    assert out.returncode == 3, tail(out)
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("checkpoint error:")]
+    assert f"{journal.path} holds {len(scan.records) - 1} intact records (a torn record at byte" in line
+    assert f"to resume from it, delete {ck}/12 and {ck}/scheduler_12.json" in line, line
+    assert "Traceback" not in out.stderr and _files(wd) == before
+    shutil.rmtree(os.path.join(ck, "12"))
+    os.remove(os.path.join(ck, "scheduler_12.json"))
+    os.remove(os.path.join(wd, "summary.json"))
+    out = _train(wd, "--resume", timeout=300)
+    assert out.returncode == 0, tail(out)
+    assert "dropped a torn tail" in out.stdout and "resumed from step 10" in out.stdout
+    assert len(journal.read()) == len(scan.records) and not journal.scan().torn
+
+
 @pytest.mark.slow
 def test_torn_metrics_line_is_repaired_and_the_previous_step_resumes_exactly(reference, tmp_path):
     """Following the corrupted-snapshot advice (drop step 12, resume from 10) with a torn last
