@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
@@ -18,6 +19,8 @@ from typing import Any
 
 from agentjax.policy.config import ConfigError
 
+# Every integer fits int32: counts and sizes reach numpy/JAX int32 arrays, and a huge one is a typo.
+MAX_INT = 2**31 - 1
 # field: (lowest, highest, whether the bounds are inclusive); None: unbounded on that side.
 RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "seed": (0, None, True),
@@ -66,7 +69,7 @@ def _describe(hint: Any) -> str:
     if hint is float:
         return "a finite number"
     if hint is int:
-        return "an integer"
+        return f"an integer of magnitude <= {MAX_INT}"
     if hint is bool:
         return "True or False"
     if hint is str:
@@ -88,7 +91,7 @@ def type_ok(value: Any, hint: Any) -> bool:
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT
     if hint is float:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
@@ -110,9 +113,15 @@ def type_ok(value: Any, hint: Any) -> bool:
     return True
 
 
+@functools.cache
+def type_hints(cls) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class (it compiles every annotation each call)."""
+    return typing.get_type_hints(cls)
+
+
 def check_types(section: str, cls, values: dict) -> None:
     """Each of ``values`` (field -> value) against ``cls``'s annotation of that field."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name not in values:
             continue
@@ -139,6 +148,18 @@ def check_value(field: str, value: Any) -> None:
         lo, hi = HALF_OPEN[field]
         if not lo <= value < hi:
             raise ConfigError(f"{field}={value!r} is invalid; must be in [{lo}, {hi})")
+
+
+def check_mesh(field: str, mesh: Any, axes, *, lowest: int) -> None:
+    """A mesh shape: a dict of known axes to integer sizes >= ``lowest`` (0: the axis is unset)."""
+    if not isinstance(mesh, dict):
+        raise ConfigError(f"{field}={mesh!r} is invalid; must be a dict of mesh axis sizes over {list(axes)}")
+    for k, v in mesh.items():
+        if k not in axes:
+            raise ConfigError(f"{field}.{k} is not a mesh axis; allowed: {list(axes)}")
+        if isinstance(v, bool) or not isinstance(v, int) or not lowest <= v <= MAX_INT:
+            unset = " (0: unset)" if lowest == 0 else " (leave an axis out for size 1)"
+            raise ConfigError(f"{field}.{k}={v!r} is invalid; must be an integer >= {lowest}{unset}")
 
 
 def check_ranges(section: str, obj) -> None:

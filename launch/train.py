@@ -18,7 +18,27 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+
+
+def _flag_error(argv: list[str], e: BaseException) -> str:
+    """One line naming what could not be parsed: a flag, the config file, or an override."""
+    text = "; ".join(x.strip() for x in f"{e}".splitlines() if x.strip())[:400]
+    if isinstance(e, flags.Error):  # a flag's value, e.g. --config.rl.steps=abc
+        return text
+    path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if path is None and "--config" in argv[:-1]:
+        path = argv[argv.index("--config") + 1]
+    if isinstance(e, SyntaxError | OSError | ImportError | UnicodeDecodeError) or "null bytes" in text:
+        return f"config file --config={path or _DEFAULT} cannot be loaded: {type(e).__name__}: {text}"
+    overrides = [a.split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    return f"--config={path or _DEFAULT} with overrides {overrides} failed: {type(e).__name__}: {text}"
+
+
+try:  # applying a --config.* override of a field the config lacks fails here, at import
+    _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
+    print(f"invalid config: {_flag_error(sys.argv, e)}", file=sys.stderr)
+    sys.exit(2)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
 _REPLAY = flags.DEFINE_string(
@@ -36,15 +56,31 @@ def _host_devices(n: int) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={int(n)}".strip()
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing; every failure (a bad flag value, a config file with null bytes or a
+    syntax error, an override of a field the config lacks) one line on stderr, exit 2."""
+    try:
+        return flags.FLAGS(argv)
+    except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
+        print(f"invalid config: {_flag_error(argv, e)}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv):
     del argv
-    _host_devices(_CONFIG.value.get("placement", {}).get("host_devices", 0))
+    try:  # a missing config file or an override of an unknown field fails here, on first use
+        cfg = _CONFIG.value
+        cfg.get("placement", {})  # the value is loaded lazily: a missing file raises on first use
+    except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
+        print(f"invalid config: {_flag_error(sys.argv, e)}", file=sys.stderr)
+        return 2
+    _host_devices(cfg.get("placement", {}).get("host_devices", 0))
     import jax
 
     if _COORD.value or _NPROC.value:
         if os.environ.get("JAX_PLATFORMS", "") == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives
-        peer_timeout = _CONFIG.value.get("placement", {}).get("peer_timeout_s", 300.0)
+        peer_timeout = cfg.get("placement", {}).get("peer_timeout_s", 300.0)
         # A dead process: the others stop with PeerError after peer_timeout_s where they wait for
         # its trajectories, and the coordination service aborts them after twice that where they
         # wait in a collective (its heartbeat stopped).
@@ -65,7 +101,7 @@ def main(argv):
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         summary = system.train(
-            _CONFIG.value,
+            cfg,
             _WORKDIR.value,
             resume=_RESUME.value,
             replay=_REPLAY.value,
@@ -89,7 +125,7 @@ def main(argv):
     except PeerError as e:  # another process of a multi-process run died or hangs
         print(f"peer error: {e}", file=sys.stderr)
         return 4
-    if _CONFIG.value.get("report", True) and jax.process_index() == 0:
+    if cfg.get("report", True) and jax.process_index() == 0:
         path = report.write_report(_WORKDIR.value)
         print(f"report: {path}")
     final = summary.get("final_eval") or {}
@@ -102,4 +138,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
