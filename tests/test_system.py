@@ -32,6 +32,7 @@ def _final_params(workdir):
 
 
 _REFERENCES: dict = {}
+_STDERR: dict = {}  # mode -> the reference run's stderr
 
 
 def _reference(mode, tmp_path_factory):
@@ -40,7 +41,7 @@ def _reference(mode, tmp_path_factory):
         wd = str(tmp_path_factory.mktemp(f"ref_{mode}"))
         out = _train(wd, f"--config.scheduler.mode={mode}")
         assert out.returncode == 0, tail(out)
-        _REFERENCES[mode] = (wd, out.stdout)
+        _REFERENCES[mode], _STDERR[mode] = (wd, out.stdout), out.stderr
     return _REFERENCES[mode]
 
 
@@ -198,6 +199,22 @@ def _smoke():
 def _files(wd):
     names = ("metrics.jsonl", "journal.bin", "summary.json")
     return {n: open(os.path.join(wd, n), "rb").read() for n in names if os.path.exists(os.path.join(wd, n))}
+
+
+def test_a_run_writes_no_nan_and_tensorboard_never_warns(reference):
+    """Undefined metrics (no pass for the audit's H, no planted hack taken) are left out and named
+    in the summary: metrics.jsonl and summary.json are strict JSON, and nothing warns about NaN."""
+    wd, stdout = reference
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written"))
+
+    rows = [strict(ln) for ln in open(os.path.join(wd, "metrics.jsonl")) if ln.strip()]
+    assert rows and "eval/audit/n_train_pass" in rows[0]
+    summary = strict(open(os.path.join(wd, "summary.json")).read())
+    for k, why in summary["undefined_metrics"].items():
+        assert k not in summary["final_eval"] and why
+    assert "NaN or Inf" not in stdout + _STDERR["windowed_fifo"]
 
 
 def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(reference):
