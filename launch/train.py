@@ -15,30 +15,13 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from launch import configflag
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
 
 
-def _flag_error(argv: list[str], e: BaseException) -> str:
-    """One line naming what could not be parsed: a flag, the config file, or an override."""
-    text = "; ".join(x.strip() for x in f"{e}".splitlines() if x.strip())[:400]
-    if isinstance(e, flags.Error):  # a flag's value, e.g. --config.rl.steps=abc
-        return text
-    path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-    if path is None and "--config" in argv[:-1]:
-        path = argv[argv.index("--config") + 1]
-    if isinstance(e, SyntaxError | OSError | ImportError | UnicodeDecodeError) or "null bytes" in text:
-        return f"config file --config={path or _DEFAULT} cannot be loaded: {type(e).__name__}: {text}"
-    overrides = [a.split("=", 1)[0] for a in argv if a.startswith("--config.")]
-    return f"--config={path or _DEFAULT} with overrides {overrides} failed: {type(e).__name__}: {text}"
-
-
-try:  # applying a --config.* override of a field the config lacks fails here, at import
-    _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
-except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
-    print(f"invalid config: {_flag_error(sys.argv, e)}", file=sys.stderr)
-    sys.exit(2)
+_CONFIG = configflag.define(_DEFAULT)  # a config that cannot be loaded: one line, exit 2
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
 _REPLAY = flags.DEFINE_string(
@@ -56,24 +39,9 @@ def _host_devices(n: int) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={int(n)}".strip()
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing; every failure (a bad flag value, a config file with null bytes or a
-    syntax error, an override of a field the config lacks) one line on stderr, exit 2."""
-    try:
-        return flags.FLAGS(argv)
-    except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
-        print(f"invalid config: {_flag_error(argv, e)}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv):
     del argv
-    try:  # a missing config file or an override of an unknown field fails here, on first use
-        cfg = _CONFIG.value
-        cfg.get("placement", {})  # the value is loaded lazily: a missing file raises on first use
-    except Exception as e:  # noqa: BLE001 - reported in one line, never a traceback
-        print(f"invalid config: {_flag_error(sys.argv, e)}", file=sys.stderr)
-        return 2
+    cfg = configflag.value(_CONFIG)
     _host_devices(cfg.get("placement", {}).get("host_devices", 0))
     import jax
 
@@ -138,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=configflag.parse_flags)
