@@ -369,11 +369,9 @@ class EngineRollout(Rollout):
     def _admit(self, i: int) -> int | None:
         """Resets row ``i``'s environment; its prompt becomes its stream (None: it cannot run)."""
         r = self.rows[i]
-        t0 = time.perf_counter()
-        obs = r.spec.env.reset(r.spec.task, r.spec.seed)
-        r.timings["env_wall"] += time.perf_counter() - t0
-        toks = self._cut(r, self.codec.prompt(obs))
-        r.segments.append(("prompt", toks))
+        toks = self._reset(r)
+        if r.done:  # the reset raised: an infra fault, delivered without a slot
+            return None
         self._set_context(i, np.asarray(toks, np.int32))
         return None if r.done else i
 

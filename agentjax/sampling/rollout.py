@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError, attribute_step_error
+from agentjax.envs.sandbox import SandboxUnavailable
 from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
 from agentjax.sampling.partial import resume as resume_state
@@ -142,14 +143,7 @@ class Rollout:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, params, version: int):
         self.state = self.sampler.init(self.capacity)
-        toks = []
-        for r in self.rows:
-            t0 = time.perf_counter()
-            obs = r.spec.env.reset(r.spec.task, r.spec.seed)
-            r.timings["env_wall"] += time.perf_counter() - t0
-            toks.append(self._cut(r, self.codec.prompt(obs)))
-            r.segments.append(("prompt", toks[-1]))
-        self._extend(params, version, toks)
+        self._extend(params, version, [self._reset(r) for r in self.rows])
 
     @property
     def unfinished(self) -> int:
@@ -215,6 +209,25 @@ class Rollout:
         return finished
 
     # -- internals ---------------------------------------------------------------------------
+    def _reset(self, r: _Row) -> list[int]:
+        """Resets row ``r``'s environment; its prompt tokens. A reset that raises ends the episode
+        as ``infra_fault`` (no prompt): the agent has not acted yet, so it cannot have caused it."""
+        t0 = time.perf_counter()
+        try:
+            obs = r.spec.env.reset(r.spec.task, r.spec.seed)
+        except SandboxUnavailable:  # isolation is missing: a refusal to run at all, not one episode's fault
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded on the episode, never a crash of the run
+            _, evidence = attribute_step_error(e)
+            r.env_error = {**evidence, "attribution": "infra: the environment's reset raised"}
+            r.done, r.stop = True, StopReason.INFRA_FAULT
+            return []
+        finally:
+            r.timings["env_wall"] += time.perf_counter() - t0
+        toks = self._cut(r, self.codec.prompt(obs))
+        r.segments.append(("prompt", toks))
+        return toks
+
     def _close_full_rows(self) -> None:
         """An episode whose context filled the whole buffer ends there (the system's limit)."""
         length = np.asarray(self.state.length)

@@ -112,3 +112,57 @@ def test_group_mode_neither_drops_nor_keys_on_a_missing_fingerprint():
     t = lambda fp: Trajectory("t0", "default", [], StopReason.FINISHED, env_fingerprint=fp)  # noqa: E731
     weights, m = loopparts.fingerprint_weights(run, [t(""), t("a"), t("a"), t("b")], [1.0] * 4)
     assert weights == [1.0, 1.0, 1.0, 0.0] and m["fingerprints/dropped"] == 1.0
+
+
+class ResetFails(minirepo.MinirepoEnv):
+    """The host fails before the agent acted (its workspace cannot be made)."""
+
+    def reset(self, task, seed, **kw):
+        raise OSError(28, "No space left on device", "/tmp/workspace")
+
+
+def test_a_reset_that_raises_is_an_infra_fault_and_the_others_run_on():
+    """No agent input reaches a reset, so whatever it raises is the host's: that episode is an
+    ``infra_fault`` without turns and its batch-mates finish (before, the exception ended the run)."""
+    specs = [
+        EpisodeSpec(cls(), minirepo.generate(i, "train"), i, task_id=f"t{i}", submit_index=i)
+        for i, cls in enumerate([minirepo.MinirepoEnv, ResetFails, minirepo.MinirepoEnv])
+    ]
+    params = init_params(CFG, jax.random.key(0))
+    r = Rollout(Sampler(CFG, stop_tokens=(TOK.eos_id,)), Codec(TOK), CAPS, specs)
+    r.start(params, version=0)
+    trajs = {t.task_id: t for t in r.advance(params, 0, jax.random.key(1))}
+    assert len(trajs) == 3
+    bad = trajs["t1"]
+    assert bad.stop_reason == StopReason.INFRA_FAULT and bad.final_reward is None and not bad.turns
+    assert "No space left" in bad.reward_evidence["env_error"]
+    assert bad.env_fingerprint == specs[1].task.fingerprint
+    assert all(trajs[k].turns and trajs[k].stop_reason != StopReason.INFRA_FAULT for k in ("t0", "t2"))
+
+
+def test_the_slot_engine_attributes_like_rollout():
+    """EngineRollout (environment steps on a pool) books each failure as Rollout does."""
+    from agentjax.sampling.engine import Engine
+    from agentjax.sampling.engine_rollout import EngineRollout
+    from agentjax.sampling.envpool import EnvPool
+
+    envs = [ChokesOnInput, HostDies, ResetFails, minirepo.MinirepoEnv]
+    specs = [
+        EpisodeSpec(cls(), minirepo.generate(i, "train"), i, task_id=f"t{i}", submit_index=i)
+        for i, cls in enumerate(envs)
+    ]
+    params = init_params(CFG, jax.random.key(0))
+    r = EngineRollout(
+        Engine(Sampler(CFG, stop_tokens=(TOK.eos_id,)), slots=2, chunk=4), Codec(TOK), CAPS, specs
+    )
+    with EnvPool(2, "thread") as pool:
+        got = {t.task_id: t for t in r.run(params, 0, jax.random.key(1), pool)}
+    assert [got[f"t{i}"].stop_reason for i in range(3)] == [
+        StopReason.AGENT_ERROR,
+        StopReason.INFRA_FAULT,
+        StopReason.INFRA_FAULT,
+    ]
+    assert got["t0"].final_reward == 0.0 and got["t1"].final_reward is None and got["t2"].final_reward is None
+    assert got["t3"].turns and all(
+        t.env_fingerprint == s.task.fingerprint for t, s in zip(got.values(), specs, strict=True)
+    )
