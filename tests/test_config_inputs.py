@@ -144,3 +144,17 @@ def test_bad_config_files_and_overrides_are_one_line_errors(tmp_path, case):
     want = {"unknown_override": "nosuch", "mistyped_override": "--config.rl.steps=abc"}.get(case, str(path))
     assert want in line, line
     assert not (tmp_path / "wd").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "section, field", [("caps", "max_obs_tokens"), ("model", "max_seq_len"), ("rl", "batch_size")]
+)
+def test_a_huge_size_is_named_before_it_is_allocated(section, field):
+    """A size far above any real run (a typo) is a ConfigError at parse, not a MemoryError after
+    the warm start."""
+    c = default.get_config()
+    c[section][field] = 10**9
+    with pytest.raises(
+        ConfigError, match=rf"{section}.{field}=1000000000 is invalid; must be >= 1 and <= \d+"
+    ):
+        parse(c)
