@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
@@ -18,31 +19,37 @@ from typing import Any
 
 from agentjax.policy.config import ConfigError
 
-# field: (lowest, highest, whether the bounds are inclusive); None: unbounded on that side.
+# Every integer fits int32: counts and sizes reach numpy/JAX int32 arrays, and a huge one is a typo.
+MAX_INT = 2**31 - 1
+# field: (lowest, highest, whether the bounds are inclusive); None: unbounded on that side. The
+# upper bounds of sizes and counts are far above any real run: a value past one is a typo that
+# would otherwise fail as a MemoryError after the warm start (the model's size is bounded by the
+# free disk its checkpoints need, checked at start).
 RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "seed": (0, None, True),
     "checkpoint_every": (0, None, True),  # 0: never
     "log_every": (1, None, True),
-    "task.max_steps": (1, None, True),
-    "task.eval_tasks": (1, None, True),
-    "caps.max_tool_calls": (1, None, True),
-    "caps.max_action_tokens": (1, None, True),
-    "caps.max_obs_tokens": (1, None, True),
-    "warm_start.episodes": (1, None, True),
-    "warm_start.steps": (0, None, True),  # 0: no warm start
-    "warm_start.batch_size": (1, None, True),
-    "rl.steps": (1, None, True),
-    "rl.group_size": (1, None, True),
-    "rl.batch_size": (1, None, True),
+    "task.max_steps": (1, 4096, True),
+    "task.eval_tasks": (1, 2**20, True),
+    "caps.max_tool_calls": (1, 4096, True),
+    "caps.max_action_tokens": (1, 2**20, True),
+    "caps.max_obs_tokens": (1, 2**20, True),
+    "warm_start.episodes": (1, 2**24, True),
+    "warm_start.steps": (0, 2**24, True),  # 0: no warm start
+    "warm_start.batch_size": (1, 2**16, True),
+    "rl.steps": (1, 2**24, True),
+    "rl.group_size": (1, 2**12, True),
+    "rl.batch_size": (1, 2**16, True),
     "rl.eval_every": (1, None, True),
-    "scheduler.window": (1, None, True),
-    "scheduler.num_slots": (1, None, True),
+    "scheduler.window": (1, 2**20, True),
+    "scheduler.num_slots": (1, 2**16, True),
     "admission.max_version_gap": (0, None, True),
     "scheduler.gen_seconds_per_token": (0, None, True),
     "scheduler.learner_step_time": (0, None, True),
-    "scheduler.engine_slots": (0, None, True),  # 0: lock-step Rollout
-    "scheduler.engine_chunk": (1, None, True),
-    "scheduler.env_workers": (1, None, True),
+    "scheduler.engine_slots": (0, 2**16, True),  # 0: lock-step Rollout
+    "scheduler.engine_chunk": (1, 2**16, True),
+    "scheduler.env_workers": (1, 4096, True),
+    "model.max_seq_len": (1, 2**20, True),
     "placement.sync_every": (1, None, True),
     "context.arg": (0, None, True),
     "optim.warmup_steps": (0, None, True),
@@ -66,7 +73,7 @@ def _describe(hint: Any) -> str:
     if hint is float:
         return "a finite number"
     if hint is int:
-        return "an integer"
+        return f"an integer of magnitude <= {MAX_INT}"
     if hint is bool:
         return "True or False"
     if hint is str:
@@ -88,7 +95,7 @@ def type_ok(value: Any, hint: Any) -> bool:
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT
     if hint is float:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if hint is str:
@@ -110,9 +117,15 @@ def type_ok(value: Any, hint: Any) -> bool:
     return True
 
 
+@functools.cache
+def type_hints(cls) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class (it compiles every annotation each call)."""
+    return typing.get_type_hints(cls)
+
+
 def check_types(section: str, cls, values: dict) -> None:
     """Each of ``values`` (field -> value) against ``cls``'s annotation of that field."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name not in values:
             continue
@@ -129,7 +142,7 @@ def check_value(field: str, value: Any) -> None:
     if field in RANGES:
         lo, hi, _ = RANGES[field]
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            allowed = f">= {lo}" if hi is None else f">= {lo} and <= {hi}"
             raise ConfigError(f"{field}={value!r} is invalid; must be {allowed}")
     if field in OPEN_RANGES:
         lo, hi = OPEN_RANGES[field]
@@ -139,6 +152,18 @@ def check_value(field: str, value: Any) -> None:
         lo, hi = HALF_OPEN[field]
         if not lo <= value < hi:
             raise ConfigError(f"{field}={value!r} is invalid; must be in [{lo}, {hi})")
+
+
+def check_mesh(field: str, mesh: Any, axes, *, lowest: int) -> None:
+    """A mesh shape: a dict of known axes to integer sizes >= ``lowest`` (0: the axis is unset)."""
+    if not isinstance(mesh, dict):
+        raise ConfigError(f"{field}={mesh!r} is invalid; must be a dict of mesh axis sizes over {list(axes)}")
+    for k, v in mesh.items():
+        if k not in axes:
+            raise ConfigError(f"{field}.{k} is not a mesh axis; allowed: {list(axes)}")
+        if isinstance(v, bool) or not isinstance(v, int) or not lowest <= v <= MAX_INT:
+            unset = " (0: unset)" if lowest == 0 else " (leave an axis out for size 1)"
+            raise ConfigError(f"{field}.{k}={v!r} is invalid; must be an integer >= {lowest}{unset}")
 
 
 def check_ranges(section: str, obj) -> None:

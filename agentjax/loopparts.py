@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 
 from agentjax.envs import curriculum as cur
+from agentjax.envs.protocol import InfraError
 from agentjax.sampling.retry import make_retry
 from agentjax.trajectory import Trajectory
 
 ENV_CRASH = "env_crash"  # per-episode infra fault injected around any environment (loop level)
 
 
-class InjectedEnvCrash(RuntimeError):
+class InjectedEnvCrash(InfraError):
     """The injected infrastructure failure: the environment process 'dies' at the first step."""
 
 
@@ -42,7 +43,7 @@ class NoisyEnv:
 
     def step(self, action):
         if self.crash:
-            raise InjectedEnvCrash(f"injected {ENV_CRASH}")
+            raise InjectedEnvCrash(f"injected {ENV_CRASH}", {"injected": ENV_CRASH})
         return self.env.step(action)
 
     def __getattr__(self, name):
@@ -102,12 +103,14 @@ def batch_rewards(run, trajs: Sequence[Trajectory]) -> list[float]:
 
 def fingerprint_weights(run, trajs: Sequence[Trajectory], weights: Sequence[float]) -> tuple[list, dict]:
     """With ``fingerprints.mode='group'`` a trajectory whose environment fingerprint differs
-    from its group's first one gets weight 0 (dropped); metrics count the fingerprints."""
+    from its group's first one gets weight 0 (dropped); metrics count the fingerprints. An empty
+    fingerprint (a record that carries none) is no evidence of another environment: it is
+    neither a group's reference nor dropped."""
     first: dict[str, str] = {}
     out, dropped = [], 0
     for t, w in zip(trajs, weights, strict=True):
-        fp = first.setdefault(t.task_id, t.env_fingerprint)
-        if run.fingerprints.mode == "group" and t.env_fingerprint != fp:
+        fp = first.setdefault(t.task_id, t.env_fingerprint) if t.env_fingerprint else ""
+        if run.fingerprints.mode == "group" and fp and t.env_fingerprint != fp:
             w, dropped = 0.0, dropped + 1
         out.append(w)
     return out, {

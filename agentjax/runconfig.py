@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import typing
 from typing import Any
 
 from agentjax import configcheck
@@ -30,6 +29,7 @@ from agentjax.sampling.queue import Clock
 from agentjax.sampling.rollout import Caps
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.staleness import StalenessConfig
+from agentjax.sharding.mesh import MESH_AXES
 from agentjax.sharding.placement import PlacementKind
 from agentjax.tasks.model import HFModel
 
@@ -85,6 +85,8 @@ class PlacementSection:
 
     def __post_init__(self):
         coerce(self, kind=PlacementKind)
+        configcheck.check_mesh("placement.learner_mesh", self.learner_mesh, MESH_AXES, lowest=1)
+        configcheck.check_mesh("placement.sampler_mesh", self.sampler_mesh, MESH_AXES, lowest=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
     if unknown:
         raise ConfigError(f"unknown fields {[f'{section}.{u}' for u in unknown]}; allowed: {sorted(names)}")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    hints = typing.get_type_hints(cls)
+    hints = configcheck.type_hints(cls)
     for k, v in kw.items():  # a nested component config given as a dict (scheduler.caps)
         if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]):
             kw[k] = _build(f"{section}.{k}", hints[k], v)
@@ -178,7 +180,7 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
         msg = str(e)
         if not msg.startswith(section + "."):
             fields = "|".join(sorted(names, key=len, reverse=True))
-            named = re.sub(rf"(?<![.\w])({fields})=", rf"{section}.\1=", msg)
+            named = re.sub(rf"(?<![.\w])({fields})([.=])", rf"{section}.\1\2", msg)
             msg = named if named != msg else f"{section}: {msg}"
         raise ConfigError(msg) from None
     configcheck.check_ranges(section, obj)

@@ -36,8 +36,9 @@ def _rates(field: str, rates: dict, known) -> None:
     for k, v in rates.items():
         if k not in known:
             raise _err(f"{field}.{k}", v, f"fault classes {list(known)}")
-        if not 0.0 <= float(v) <= 1.0:
-            raise ValueError(f"{field}.{k}={v} is invalid; a rate in [0, 1]")
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        if not (number and 0.0 <= v <= 1.0):  # NaN fails too
+            raise ValueError(f"{field}.{k}={v!r} is invalid; a rate in [0, 1]")
 
 
 def _known_faults():

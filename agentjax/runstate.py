@@ -116,13 +116,20 @@ class RunState:
     def __init__(self, parts: Parts, workdir: str, log: Callable[[str], None]):
         self.parts, self.workdir, self.log = parts, workdir, log
         run = parts.run
-        self.placement = make_placement(
-            run.placement.kind,
-            {k: v for k, v in run.placement.learner_mesh.items() if v},
-            {k: v for k, v in run.placement.sampler_mesh.items() if v},
-            sync_every=run.placement.sync_every,
-            devices=jax.devices(),
-        )
+        try:  # the mesh sizes against the devices there are (before any work)
+            self.placement = make_placement(
+                run.placement.kind,
+                {k: v for k, v in run.placement.learner_mesh.items() if v},
+                {k: v for k, v in run.placement.sampler_mesh.items() if v},
+                sync_every=run.placement.sync_every,
+                devices=jax.devices(),
+            )
+        except ValueError as e:
+            p = run.placement
+            raise runconfig.ConfigError(
+                f"placement.learner_mesh={p.learner_mesh}, placement.sampler_mesh={p.sampler_mesh} "
+                f"do not fit the {jax.device_count()} devices: {e}"
+            ) from None
         mesh = self.placement.learner_mesh.shape
         split = mesh.get("data", 1) * mesh.get("fsdp", 1)
         for what, rows in (

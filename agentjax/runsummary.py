@@ -48,6 +48,7 @@ def _engine_figures(worker) -> str:
 
 
 def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
+    from agentjax.diagnostics.evaluate import undefined_metrics  # noqa: PLC0415
     from agentjax.diagnostics.metrics import (  # noqa: PLC0415
         cost_ledger,
         env_pool_report,
@@ -62,6 +63,8 @@ def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
     return {
         "header": header,
         "final_eval": last_eval,
+        # metrics left out of final_eval because they are undefined (never NaN), with the reason
+        "undefined_metrics": undefined_metrics(last_eval or {}, "eval/"),
         "scheduler": _jsonable(s),
         "cost_ledger": _jsonable(ledger),
         "cost_ledger_virtual": _jsonable(virtual),

@@ -137,6 +137,20 @@ def train(
             )
         schedule = read_schedule(replay, files.config_record(run))
     parts = build(run)  # ... and so does a model too small for the task
+    lock = None
+    if jax.process_index() == 0:  # the process that writes the files: before any work, not at a write
+        n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_params(parts.model)))
+        files.check_workdir(workdir, files.needed_bytes(n))
+        lock = files.RunLock(workdir).acquire(log)  # one run per workdir
+    try:
+        return _train(run, parts, workdir, resume=resume, replay=replay, schedule=schedule, log=log)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(run, parts: Parts, workdir: str, *, resume, replay, schedule, log) -> dict:
+    """:func:`train` once the config, the parts and the workdir are checked (and locked)."""
     os.makedirs(workdir, exist_ok=True)
     r = RunState(parts, workdir, log)
     ckdir = os.path.join(workdir, "checkpoints")

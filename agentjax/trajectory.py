@@ -23,6 +23,7 @@ class StopReason(str, enum.Enum):
 
     FINISHED = "finished"  # the agent submitted / the task ended normally
     TASK_CAP = "task_cap"  # a per-task cap (max tokens, max tool calls) was hit: the agent failed
+    CONTEXT_FULL = "context_full"  # the model's context (max_seq_len) is full: a system limit
     ROUND_BUDGET_PAUSED = "round_budget_paused"  # the system cut sampling: resume or bootstrap
     AGENT_ERROR = "agent_error"
     INFRA_FAULT = "infra_fault"

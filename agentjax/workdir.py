@@ -11,8 +11,10 @@ position. Nothing drawn is lost; the episodes that were in flight are sampled an
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import shutil
 
 from agentjax import loopparts, runconfig
 from agentjax.diagnostics import tbevents
@@ -23,6 +25,86 @@ from agentjax.runstate import RunState, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sampling.worker import BatchingExecutor
+
+
+class WorkdirError(RuntimeError):
+    """A workdir that cannot hold a run (not writable, too little free space) or that another
+    live run holds; the message names the workdir and what to do."""
+
+
+LOCK_NAME = "run.lock"
+HEADROOM_BYTES = 64 << 20  # metrics, journal, event files and the report, at least
+
+
+def needed_bytes(n_params: int, keep: int = 2) -> int:
+    """The disk a run needs at least: ``keep`` checkpoints and one being written, each the float32
+    parameters and the optimizer's two moments, plus :data:`HEADROOM_BYTES`."""
+    return (keep + 1) * 3 * 4 * int(n_params) + HEADROOM_BYTES
+
+
+def check_workdir(workdir: str, need: int) -> None:
+    """Raises :class:`WorkdirError` unless ``workdir`` exists (or can be made), takes a write and
+    an fsync, and has ``need`` bytes free: a run finds out at start, not at its first checkpoint."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise WorkdirError(f"--workdir={workdir} cannot be created: {e.strerror or e}") from None
+    probe = os.path.join(workdir, f".write-probe.{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"agentjax")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise WorkdirError(
+            f"--workdir={workdir} is not writable ({e.strerror or e}); "
+            "make it writable or pass another --workdir"
+        ) from None
+    free = shutil.disk_usage(workdir).free
+    if free < need:
+        raise WorkdirError(
+            f"--workdir={workdir} has {free / 2**20:.1f} MiB free but this run needs at least "
+            f"{need / 2**20:.1f} MiB (checkpoints of the parameters and optimizer state, metrics, "
+            "journal); free some space or pass another --workdir"
+        )
+
+
+class RunLock:
+    """One run per workdir: an exclusive ``flock`` on ``<workdir>/run.lock``, which holds the
+    owner's pid. The kernel drops the lock when its process dies, so a lock left by a killed run
+    is taken over (and said so); a live owner makes :meth:`acquire` refuse, naming its pid."""
+
+    def __init__(self, workdir: str):
+        self.path, self._fd = os.path.join(workdir, LOCK_NAME), None
+
+    def acquire(self, log=lambda s: None) -> RunLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise WorkdirError(
+                f"--workdir={os.path.dirname(self.path)} is in use by another run (pid {owner}, lock "
+                f"{self.path}); wait for it to finish, stop it, or pass another --workdir"
+            ) from None
+        stale = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        if stale:  # its owner died without releasing it (SIGKILL, a crash): the kernel freed it
+            log(f"took over the stale lock {self.path} of pid {stale} (not running)")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # released: the next run finds no stale owner
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
@@ -109,6 +191,17 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, r.tx, run.seed), step=step)
     meta = restored.metadata
     durable.check_config(meta.get("config"), config_record(run), f"checkpoint step {step} ({ckdir})")
+    # The files the run only reads or cuts are checked before a scheduler (and its threads) exists.
+    text, torn = durable.metrics_lines(r.metrics_path, step)
+    scan = r.journal.scan()
+    if len(scan.records) < meta["journaled"]:
+        cut = f" (a torn record at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else ""
+        hint = durable.journal_hint(ckdir, step, steps, len(scan.records), snapshot_intact)
+        raise ckpt.CheckpointError(
+            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
+            f"records{cut} but the checkpoint journaled {meta['journaled']}: committed trajectories "
+            f"were lost. {hint}"
+        )
     path = durable.snapshot_path(ckdir, step)
     tasks = iter(task_dataset(r.parts))
     tasks.set_state(meta["data_iterator"])
@@ -138,14 +231,6 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
-    text, torn = durable.metrics_lines(r.metrics_path, step)
-    scan = r.journal.scan()
-    if len(scan.records) < meta["journaled"]:
-        raise ckpt.CheckpointError(
-            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
-            f"records but the checkpoint journaled {meta['journaled']}: committed trajectories "
-            "were lost; start a new --workdir"
-        )
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
     if r.writer:  # one process writes the workdir's files (several processes: process 0)
         with open(r.metrics_path) as f:

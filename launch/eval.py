@@ -36,10 +36,11 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from launch import configflag
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+_CONFIG = configflag.define(_DEFAULT)  # a config that cannot be loaded: one line, exit 2
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Workdir of a launch.train run.")
 _STEP = flags.DEFINE_integer("checkpoint_step", None, "Checkpoint step to evaluate (default: latest).")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", None, "Held-out tasks to play (default: the config's).")
@@ -57,7 +58,7 @@ def main(argv):
 
     try:
         report = run_eval(
-            _CONFIG.value,
+            configflag.value(_CONFIG),
             workdir=_WORKDIR.value,
             checkpoint_step=_STEP.value,
             num_tasks=_NUM_TASKS.value,
@@ -85,4 +86,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=configflag.parse_flags)

@@ -15,10 +15,13 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from launch import configflag
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+
+
+_CONFIG = configflag.define(_DEFAULT)  # a config that cannot be loaded: one line, exit 2
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
 _REPLAY = flags.DEFINE_string(
@@ -38,13 +41,14 @@ def _host_devices(n: int) -> None:
 
 def main(argv):
     del argv
-    _host_devices(_CONFIG.value.get("placement", {}).get("host_devices", 0))
+    cfg = configflag.value(_CONFIG)
+    _host_devices(cfg.get("placement", {}).get("host_devices", 0))
     import jax
 
     if _COORD.value or _NPROC.value:
         if os.environ.get("JAX_PLATFORMS", "") == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives
-        peer_timeout = _CONFIG.value.get("placement", {}).get("peer_timeout_s", 300.0)
+        peer_timeout = cfg.get("placement", {}).get("peer_timeout_s", 300.0)
         # A dead process: the others stop with PeerError after peer_timeout_s where they wait for
         # its trajectories, and the coordination service aborts them after twice that where they
         # wait in a collective (its heartbeat stopped).
@@ -60,11 +64,12 @@ def main(argv):
     from agentjax.policy.config import ConfigError
     from agentjax.sampling.replay import ScheduleError
     from agentjax.sharding.exchange import PeerError
+    from agentjax.workdir import WorkdirError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         summary = system.train(
-            _CONFIG.value,
+            cfg,
             _WORKDIR.value,
             resume=_RESUME.value,
             replay=_REPLAY.value,
@@ -72,6 +77,9 @@ def main(argv):
         )
     except ConfigError as e:
         print(f"invalid config: {e}", file=sys.stderr)
+        return 2
+    except WorkdirError as e:  # not writable, too little space, or another live run holds it
+        print(f"workdir error: {e}", file=sys.stderr)
         return 2
     except CheckpointError as e:
         print(f"checkpoint error: {e}", file=sys.stderr)
@@ -85,7 +93,7 @@ def main(argv):
     except PeerError as e:  # another process of a multi-process run died or hangs
         print(f"peer error: {e}", file=sys.stderr)
         return 4
-    if _CONFIG.value.get("report", True) and jax.process_index() == 0:
+    if cfg.get("report", True) and jax.process_index() == 0:
         path = report.write_report(_WORKDIR.value)
         print(f"report: {path}")
     final = summary.get("final_eval") or {}
@@ -98,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=configflag.parse_flags)

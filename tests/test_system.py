@@ -32,6 +32,7 @@ def _final_params(workdir):
 
 
 _REFERENCES: dict = {}
+_STDERR: dict = {}  # mode -> the reference run's stderr
 
 
 def _reference(mode, tmp_path_factory):
@@ -40,7 +41,7 @@ def _reference(mode, tmp_path_factory):
         wd = str(tmp_path_factory.mktemp(f"ref_{mode}"))
         out = _train(wd, f"--config.scheduler.mode={mode}")
         assert out.returncode == 0, tail(out)
-        _REFERENCES[mode] = (wd, out.stdout)
+        _REFERENCES[mode], _STDERR[mode] = (wd, out.stdout), out.stderr
     return _REFERENCES[mode]
 
 
@@ -200,6 +201,22 @@ def _files(wd):
     return {n: open(os.path.join(wd, n), "rb").read() for n in names if os.path.exists(os.path.join(wd, n))}
 
 
+def test_a_run_writes_no_nan_and_tensorboard_never_warns(reference):
+    """Undefined metrics (no pass for the audit's H, no planted hack taken) are left out and named
+    in the summary: metrics.jsonl and summary.json are strict JSON, and nothing warns about NaN."""
+    wd, stdout = reference
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written"))
+
+    rows = [strict(ln) for ln in open(os.path.join(wd, "metrics.jsonl")) if ln.strip()]
+    assert rows and "eval/audit/n_train_pass" in rows[0]
+    summary = strict(open(os.path.join(wd, "summary.json")).read())
+    for k, why in summary["undefined_metrics"].items():
+        assert k not in summary["final_eval"] and why
+    assert "NaN or Inf" not in stdout + _STDERR["windowed_fifo"]
+
+
 def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(reference):
     from agentjax import runconfig
     from agentjax import workdir as files
@@ -277,6 +294,38 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
         r"scheduler_12.json is truncated or corrupted.*step 10, is intact: to resume from it, "
         r"delete .*checkpoints/12 and .*scheduler_12.json"
     )
+
+
+def test_a_torn_journal_record_fails_at_once_naming_the_file_and_the_repair(reference, tmp_path):
+    """The journal's last record cut mid-write, though checkpoint 12 counted it: --resume fails in
+    seconds with a message naming journal.bin and the checkpoint to resume from, and changes
+    nothing; following it (drop step 12) the resume drops the torn tail and finishes. (Each byte
+    position of a record: tests/learner/test_journal.py.)"""
+    import shutil
+
+    from agentjax.learner.journal import Journal
+
+    wd = str(tmp_path / "wd")
+    shutil.copytree(reference[0], wd)
+    journal = Journal(os.path.join(wd, "journal.bin"))
+    scan = journal.scan()
+    size = os.path.getsize(journal.path)
+    os.truncate(journal.path, size - 7)  # the last record's body, cut
+    before = _files(wd)
+    out = _train(wd, "--resume", timeout=300)
+    ck = os.path.join(wd, "checkpoints")
+    assert out.returncode == 3, tail(out)
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("checkpoint error:")]
+    assert f"{journal.path} holds {len(scan.records) - 1} intact records (a torn record at byte" in line
+    assert f"to resume from it, delete {ck}/12 and {ck}/scheduler_12.json" in line, line
+    assert "Traceback" not in out.stderr and _files(wd) == before
+    shutil.rmtree(os.path.join(ck, "12"))
+    os.remove(os.path.join(ck, "scheduler_12.json"))
+    os.remove(os.path.join(wd, "summary.json"))
+    out = _train(wd, "--resume", timeout=300)
+    assert out.returncode == 0, tail(out)
+    assert "dropped a torn tail" in out.stdout and "resumed from step 10" in out.stdout
+    assert len(journal.read()) == len(scan.records) and not journal.scan().torn
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from agentjax.envs.audit import audit_metrics, hack_rate, wilson_interval
+from agentjax.envs.audit import audit_metrics, hack_rate, undefined_metrics, wilson_interval
 from agentjax.envs.protocol import Label
 from agentjax.policy.codec import Codec
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
@@ -76,6 +76,9 @@ def _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit
             )
         )
     return out
+
+
+__all__ = ["evaluate", "undefined_metrics"]  # undefined_metrics: the summary's reasons (runsummary)
 
 
 def _metrics(episodes: list[tuple]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import tensorboardX
+from tensorboardX.proto.summary_pb2 import Summary
 
 
 def flatten_scalars(row: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -33,6 +34,13 @@ def flatten_scalars(row: Mapping[str, Any], prefix: str = "") -> dict[str, float
             except (TypeError, ValueError):
                 continue
     return out
+
+
+def _scalar(tag: str, value: float) -> Summary:
+    """A scalar summary built directly: ``tensorboardX.summary.scalar`` logs "NaN or Inf found in
+    input tensor" for every non-finite value, and a value a row really holds is written as it is
+    (the metrics rows themselves hold no NaN where a value is undefined: they omit it)."""
+    return Summary(value=[Summary.Value(tag=tensorboardX.summary._clean_tag(tag), simple_value=value)])
 
 
 def _step(row: Mapping[str, Any]) -> int | None:
@@ -56,7 +64,7 @@ def write_rows(logdir: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> 
     try:
         for step, row in rows:
             for tag, value in flatten_scalars({k: v for k, v in row.items() if k != "step"}).items():
-                w.add_summary(tensorboardX.summary.scalar(tag, value), global_step=step)
+                w.add_summary(_scalar(tag, value), global_step=step)
     finally:
         w.close()  # flushes every record
     (path,) = glob.glob(os.path.join(glob.escape(os.fspath(logdir)), f"*tfevents*{suffix}"))

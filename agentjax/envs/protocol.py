@@ -124,6 +124,37 @@ class ToolCallError(ValueError):
     """The action text is not a tool call (an agent error)."""
 
 
+class InfraError(RuntimeError):
+    """A step failed for a reason the agent's action cannot produce, with the evidence: the
+    sandbox could not start, the host timed out or died, an injected fault. Only this exception
+    (and its subclasses) makes a raising ``step`` an ``infra_fault``; see :func:`attribute_step_error`."""
+
+    def __init__(self, message: str, evidence: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.evidence = dict(evidence or {})
+
+
+MAX_ERROR_CHARS = 2000  # an exception's text can carry the agent's input: bounded in the evidence
+
+
+def attribute_step_error(err: BaseException) -> tuple[Label, dict[str, Any]]:
+    """Who an exception raised by ``Env.step`` is charged to, and the evidence (docs/reliability.md).
+
+    The action text reached the code that raised, so an exception is the agent's
+    (``agent_error``, reward 0, trained on) unless it is an :class:`InfraError`, which carries
+    positive evidence of an infrastructure failure (``infra_fault``, masked and retried).
+    Otherwise an agent could escape its reward by making its environment raise.
+    """
+    text = repr(err)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + f"...[{len(text) - MAX_ERROR_CHARS} chars cut]"
+    if isinstance(err, InfraError):
+        why = f"infra: {type(err).__name__} raised with infrastructure evidence"
+        return Label.INFRA_FAULT, {**err.evidence, "env_error": text, "attribution": why}
+    why = "agent_input: the environment raised on the agent's action"
+    return Label.AGENT_ERROR, {"env_error": text, "attribution": why}
+
+
 def parse_tool_call(text: str) -> ToolCall:
     """Parses the documented tool-call format (see the module docstring)."""
     head, _, body = text.strip("\n").partition("\n")

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentjax.envs import accounting
+from agentjax.envs.protocol import InfraError
 
 SANDBOX_UID = 65534
 SYSTEM_RO = ("/usr", "/etc")
@@ -52,8 +53,8 @@ _KEEP = 64 * 1024  # bytes of stdout/stderr kept from each end
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
-class SandboxUnavailable(RuntimeError):
-    """Isolation is missing and the caller did not opt into the unsafe mode."""
+class SandboxUnavailable(InfraError):
+    """Isolation is missing and the caller did not opt into the unsafe mode (the host's failure)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,8 @@ Guarantees (tests/learner/test_journal.py):
 * every byte of an append is written and ``fsync``'d before ``append`` returns; a short write
   (full disk, quota) raises :class:`JournalError` naming the file, and the partial bytes are cut
   off again, so the journal never holds a torn record after a failed append;
-* a torn or corrupt tail (a crash mid-write, the header included) is detected: :meth:`Journal.scan`
+* a torn or corrupt tail (a crash mid-write at any byte, the header included, or a zero-filled
+  tail) is detected: :meth:`Journal.scan`
   reports the intact records and where the tail starts, and :meth:`Journal.append` refuses to
   append after one;
 * :meth:`Journal.truncate` (resume) keeps exactly the first ``count`` records: it refuses when
@@ -116,8 +117,9 @@ def _walk(data: bytes, path: str) -> tuple[list[tuple[int, int]], int]:
     while off + _HEAD.size <= len(data):
         n, crc = _HEAD.unpack_from(data, off)
         body = data[off + _HEAD.size : off + _HEAD.size + n]
-        if len(body) < n or zlib.crc32(body) != crc:
-            break  # torn tail
+        # torn tail; an empty body is never a record (a zero-filled tail reads as length 0, crc 0)
+        if n == 0 or len(body) < n or zlib.crc32(body) != crc:
+            break
         out.append((off + _HEAD.size, n))
         off += _HEAD.size + n
     return out, off

@@ -100,6 +100,9 @@ class LossConfig:
         ):
             object.__setattr__(self, field, cls.parse(f"loss.{field}", getattr(self, field)))
         self.objective  # noqa: B018 - builds the loss's own config: a foreign field is an error
+        for name in LOSSES:  # the other losses' sections too: a bad value is named, not kept
+            if name != self.name and getattr(self, name):
+                self._section_config(name)
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
             raise ValueError(
                 f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: each must be in [0, 1]"
@@ -129,10 +132,13 @@ class LossConfig:
     @property
     def objective(self):
         """The chosen loss's own config (``agentjax.objectives.registry``)."""
+        return self._section_config(self.name)
+
+    def _section_config(self, name: str):
         try:
-            return registry.make(self.name, **dict(getattr(self, self.name)))
+            return registry.make(name, **dict(getattr(self, name)))
         except ValueError as e:
-            raise ValueError(str(e).replace("loss.", f"loss.{self.name}.")) from None
+            raise ValueError(str(e).replace("loss.", f"loss.{name}.")) from None
 
     @property
     def needs(self) -> frozenset:

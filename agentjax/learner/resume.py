@@ -122,3 +122,29 @@ def previous_step_hint(ckdir: str, step: int, steps: list[int], intact) -> str:
                 "run --resume again."
             )
     return "No earlier intact checkpoint exists: start a new --workdir."
+
+
+def checkpoint_metadata(ckdir: str, step: int) -> dict:
+    """The JSON metadata saved with checkpoint ``step`` (read directly; {} when unreadable)."""
+    try:
+        with open(os.path.join(ckdir, str(step), "metadata", "metadata")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def journal_hint(ckdir: str, step: int, steps: list[int], intact_records: int, intact) -> str:
+    """How to resume when the journal lost records checkpoint ``step`` counted: from the newest
+    earlier checkpoint that journaled no more than ``intact_records`` (and whose snapshot
+    ``intact(path)`` accepts)."""
+    later = [s for s in steps if s >= step]
+    for s in sorted((s for s in steps if s < step), reverse=True):
+        n = checkpoint_metadata(ckdir, s).get("journaled")
+        if isinstance(n, int) and n <= intact_records and intact(snapshot_path(ckdir, s)):
+            drop = " and ".join(f"{os.path.join(ckdir, str(x))} and {snapshot_path(ckdir, x)}" for x in later)
+            return (
+                f"Checkpoint step {s} journaled {n} records, all intact: to resume from it, delete "
+                f"{drop}, then run --resume again (the torn tail is dropped then)."
+            )
+    return "No earlier checkpoint is covered by the intact records: start a new --workdir."

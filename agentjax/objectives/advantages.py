@@ -27,8 +27,9 @@ TERMINAL_REASONS = (
     StopReason.AGENT_ERROR,
     StopReason.REWARD_HACK,
 )
-# Episodes the system cut while the task could continue: bootstrap with V(c_T).
-TRUNCATED_REASONS = (StopReason.ROUND_BUDGET_PAUSED,)
+# Episodes the system cut while the task could continue: bootstrap with V(c_T). A full context
+# is the system's limit (model.max_seq_len), not one of the task's caps.
+TRUNCATED_REASONS = (StopReason.ROUND_BUDGET_PAUSED, StopReason.CONTEXT_FULL)
 # Episodes that must not be trained on at all (no discount is defined for them).
 UNTRAINABLE_REASONS = (StopReason.INFRA_FAULT, StopReason.CANCELLED, StopReason.REJECTED_STALE)
 

@@ -29,7 +29,35 @@ class Logps(NamedTuple):
     prox: Any = None
 
 
+_INF = float("inf")
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and -_INF < v < _INF  # NaN fails
+
+
+def _check_types(cfg) -> None:
+    """Each field against the type of its paper default (a string where a number belongs, NaN, a
+    bound that is not a pair), before any comparison could raise a TypeError naming nothing."""
+    for f in dataclasses.fields(cfg):
+        v, d = getattr(cfg, f.name), f.default
+        if f.name.endswith("_bounds"):
+            ok = v is None or (isinstance(v, tuple) and len(v) == 2 and all(_number(x) for x in v))
+            want = "None or a pair (low, high) of finite numbers"
+        elif isinstance(d, bool):
+            ok, want = isinstance(v, bool), "True or False"
+        elif isinstance(d, int | float):
+            ok, want = _number(v), "a finite number"
+        elif isinstance(d, str):
+            ok, want = isinstance(v, str), "a string"
+        else:
+            ok, want = True, ""
+        if not ok:
+            raise ValueError(f"loss.{f.name}={v!r} is invalid; must be {want}")
+
+
 def _check(name: str, cfg) -> None:
+    _check_types(cfg)
     check_clip(getattr(cfg, "clip_low", 0.0), getattr(cfg, "clip_high", 0.0), prefix="loss.")
     agg = getattr(cfg, "aggregation", "token_mean")
     if agg not in AGGREGATION_MODES:

@@ -135,14 +135,14 @@ class DeviceRollout(Rollout):
             r.gen["ver"].extend(version[i, lo:hi].tolist())
             if status[i] == Status.FULL:
                 self._close_turn(i, [])
-                r.done, r.stop = True, StopReason.TASK_CAP
+                r.done, r.stop = True, StopReason.CONTEXT_FULL
                 continue
             obs = self._env_step(i)
             obs_arr[i, : len(obs)], lens[i] = obs, len(obs)
             if obs:  # the context of the next turn: everything the model will have seen
                 r.context = np.concatenate([tokens[i, :hi], np.asarray(obs, np.int32)])[:l]
-                if int(length[i]) + len(obs) >= l:  # the buffer is full: a per-task cap
-                    r.done, r.stop = True, StopReason.TASK_CAP
+                if int(length[i]) + len(obs) >= l:  # the buffer is full: the system's limit
+                    r.done, r.stop = True, StopReason.CONTEXT_FULL
         active = np.zeros(b, bool)
         active[: len(self.rows)] = [not r.done for r in self.rows]
         return obs_arr, lens, active

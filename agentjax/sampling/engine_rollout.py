@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from agentjax.envs.protocol import InfraError
 from agentjax.sampling.context import keep_all
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.envpool import EnvPool
@@ -55,6 +56,12 @@ from agentjax.sampling.queue import ResumeMode
 from agentjax.sampling.rollout import EpisodeSpec, Rollout, _Row, _row_keys, env_call
 from agentjax.sampling.sampler import Status
 from agentjax.trajectory import StopReason, Trajectory
+
+
+def _pool_error(e: BaseException) -> InfraError:
+    """The pool itself failed (a worker process died, a result did not pickle), not the step:
+    ``env_call`` catches the step's own exceptions. That is the host's fault."""
+    return InfraError(f"environment pool: {e!r}", {"pool_error": type(e).__name__})
 
 
 @dataclasses.dataclass
@@ -196,7 +203,7 @@ class EngineRollout(Rollout):
                 if call is not self._call:  # a step of an earlier call that failed: stale
                     continue
                 del waiting[i]
-                env, res, err, wall = d.value if d.error is None else (None, None, d.error, 0.0)
+                env, res, err, wall = d.value if d.error is None else (None, None, _pool_error(d.error), 0.0)
                 if env is not None:  # a process pool's step brings the stepped environment back
                     self.rows[i].spec.env = env
                 obs = self._env_result(i, res, err, wall)
@@ -318,7 +325,7 @@ class EngineRollout(Rollout):
             turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
             if recs[s].status == Status.FULL:
                 self._close_turn(o, [])
-                r.done, r.stop = True, StopReason.TASK_CAP
+                r.done, r.stop = True, StopReason.CONTEXT_FULL
             elif recs[s].status == Status.STOPPED or turn_full:
                 text = self._action_text(o)
                 if text is not None:
@@ -362,19 +369,17 @@ class EngineRollout(Rollout):
     def _admit(self, i: int) -> int | None:
         """Resets row ``i``'s environment; its prompt becomes its stream (None: it cannot run)."""
         r = self.rows[i]
-        t0 = time.perf_counter()
-        obs = r.spec.env.reset(r.spec.task, r.spec.seed)
-        r.timings["env_wall"] += time.perf_counter() - t0
-        toks = self._cut(r, self.codec.prompt(obs))
-        r.segments.append(("prompt", toks))
+        toks = self._reset(r)
+        if r.done:  # the reset raised: an infra fault, delivered without a slot
+            return None
         self._set_context(i, np.asarray(toks, np.int32))
         return None if r.done else i
 
     def _set_context(self, i: int, toks: np.ndarray) -> None:
         l = self.engine.max_len
         self.rows[i].context = self._stream[i] = toks[:l]
-        if toks.size >= l:  # no room to act: a per-task cap, as in Rollout
-            self.rows[i].done, self.rows[i].stop = True, StopReason.TASK_CAP
+        if toks.size >= l:  # no room to act: the context is full, as in Rollout
+            self.rows[i].done, self.rows[i].stop = True, StopReason.CONTEXT_FULL
 
     def _record(self, i: int, rec, seconds: float) -> None:
         r = self.rows[i]

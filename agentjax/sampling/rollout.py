@@ -14,13 +14,15 @@ A :class:`Rollout` drives a batch of episodes in lock-step over one :class:`Samp
 Token ids in, token ids out: the observation tokens are appended to the very buffer the sampler
 reads, so the learner trains on exactly the context the model saw. A context policy other than
 ``keep_all`` rewrites the context each turn; the row is then re-prefilled and each turn records
-its own input. Per-task caps (tool calls, action tokens) end the episode as ``task_cap``; the
-round budget pauses it as ``round_budget_paused`` — never confused.
+its own input. Per-task caps (tool calls, action tokens) end the episode as ``task_cap``; a full
+context (``max_seq_len``, the system's limit) as ``context_full``; the round budget pauses it as
+``round_budget_paused`` — never confused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +30,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError
+from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError, attribute_step_error
+from agentjax.envs.sandbox import SandboxUnavailable
 from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
 from agentjax.sampling.partial import resume as resume_state
@@ -74,7 +77,7 @@ class _Row:
         default_factory=lambda: {"generation": 0.0, "env": 0.0, "env_wall": 0.0}
     )
     obs_cut: int = 0
-    env_error: str | None = None  # the exception a broken environment raised
+    env_error: dict | None = None  # the evidence of an exception the environment raised
     call_error: str | None = None  # why the action was not a tool call (agent_error)
     evicted: bool = False  # the slot engine gave up this row's slot while its environment ran
 
@@ -85,6 +88,16 @@ def bucket(n: int, smallest: int = 8) -> int:
     while b < n:
         b *= 2
     return b
+
+
+def task_fingerprint(spec: EpisodeSpec) -> str:
+    """The fingerprint of an episode's task when no verdict carries one (a Task's ``fingerprint``;
+    else a hash of the task's text and class, so one task always gets one fingerprint)."""
+    fp = getattr(spec.task, "fingerprint", None)
+    if isinstance(fp, str) and fp:
+        return fp
+    key = f"{type(spec.task).__qualname__}|{spec.task_class}|{spec.task_id}"
+    return "task:" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def env_call(env: Env, text: str):
@@ -130,14 +143,7 @@ class Rollout:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, params, version: int):
         self.state = self.sampler.init(self.capacity)
-        toks = []
-        for r in self.rows:
-            t0 = time.perf_counter()
-            obs = r.spec.env.reset(r.spec.task, r.spec.seed)
-            r.timings["env_wall"] += time.perf_counter() - t0
-            toks.append(self._cut(r, self.codec.prompt(obs)))
-            r.segments.append(("prompt", toks[-1]))
-        self._extend(params, version, toks)
+        self._extend(params, version, [self._reset(r) for r in self.rows])
 
     @property
     def unfinished(self) -> int:
@@ -187,7 +193,7 @@ class Rollout:
                 turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
                 if status[i] == Status.FULL:
                     self._close_turn(i, [])
-                    r.done, r.stop = True, StopReason.TASK_CAP
+                    r.done, r.stop = True, StopReason.CONTEXT_FULL
                 elif status[i] == Status.STOPPED or turn_full:
                     obs_toks[i] = self._env_step(i)
                 else:  # paused by the round budget: resumable
@@ -203,14 +209,33 @@ class Rollout:
         return finished
 
     # -- internals ---------------------------------------------------------------------------
+    def _reset(self, r: _Row) -> list[int]:
+        """Resets row ``r``'s environment; its prompt tokens. A reset that raises ends the episode
+        as ``infra_fault`` (no prompt): the agent has not acted yet, so it cannot have caused it."""
+        t0 = time.perf_counter()
+        try:
+            obs = r.spec.env.reset(r.spec.task, r.spec.seed)
+        except SandboxUnavailable:  # isolation is missing: a refusal to run at all, not one episode's fault
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded on the episode, never a crash of the run
+            _, evidence = attribute_step_error(e)
+            r.env_error = {**evidence, "attribution": "infra: the environment's reset raised"}
+            r.done, r.stop = True, StopReason.INFRA_FAULT
+            return []
+        finally:
+            r.timings["env_wall"] += time.perf_counter() - t0
+        toks = self._cut(r, self.codec.prompt(obs))
+        r.segments.append(("prompt", toks))
+        return toks
+
     def _close_full_rows(self) -> None:
-        """An episode whose context filled the whole buffer hit a per-task cap: it ends there."""
+        """An episode whose context filled the whole buffer ends there (the system's limit)."""
         length = np.asarray(self.state.length)
         for i, r in enumerate(self.rows):
             if not r.done and length[i] >= self.sampler.config.max_seq_len:
                 if r.gen["tok"]:
                     self._close_turn(i, [])
-                r.done, r.stop = True, StopReason.TASK_CAP
+                r.done, r.stop = True, StopReason.CONTEXT_FULL
 
     def _turn_budget(self, i: int) -> int:
         r = self.rows[i]
@@ -316,9 +341,10 @@ class Rollout:
         observation tokens to append (none when the episode ended)."""
         r = self.rows[i]
         r.timings["env_wall"] += wall
-        if err is not None:  # a broken environment is an infra fault, not a crash
+        if err is not None:  # the agent's, unless the exception carries infrastructure evidence
+            label, r.env_error = attribute_step_error(err)
             self._close_turn(i, [])
-            r.done, r.stop, r.env_error = True, StopReason.INFRA_FAULT, repr(err)
+            r.done, r.stop = True, StopReason(label.value)
             return []
         if res.done:  # the final step: the submission and its verification
             r.timings["verify_wall"] = r.timings.get("verify_wall", 0.0) + wall
@@ -343,13 +369,18 @@ class Rollout:
             if "rubric" in r.final.evidence:  # the rubric's scores, beside the verdict (never in it)
                 evidence["rubric"] = r.final.evidence["rubric"]
             fp, vv = verdict.env_fingerprint, verdict.verifier_version
-        elif r.env_error is not None:  # the environment broke: masked, never a silent zero
-            final, label, evidence, fp, vv = None, "infra_fault", {"env_error": r.env_error}, "", ""
-        elif r.call_error is not None:  # the reply held no well-formed tool call
-            final = REWARD_TREATMENT[Label.AGENT_ERROR].reward
-            label, evidence, fp, vv = "agent_error", {"tool_call_error": r.call_error}, "", ""
-        else:  # capped before the environment gave a verdict: the agent failed its task
-            final, label, evidence, fp, vv = 0.0, "fail", {}, "", ""
+        else:  # no verdict: the task's own fingerprint, never "" (group mode compares them)
+            fp, vv = task_fingerprint(r.spec), ""
+            if r.env_error is not None:  # infra evidence: masked, never a silent zero; else agent's
+                label = r.stop.value
+                final, evidence = REWARD_TREATMENT[Label(label)].reward, dict(r.env_error)
+            elif r.call_error is not None:  # the reply held no well-formed tool call
+                final = REWARD_TREATMENT[Label.AGENT_ERROR].reward
+                label, evidence = "agent_error", {"tool_call_error": r.call_error}
+            else:  # capped (or out of context) before a verdict: the task's no-submission reward
+                final, label, evidence = 0.0, "fail", {}
+                if r.stop == StopReason.CONTEXT_FULL:
+                    evidence = {"context_full": int(self.sampler.config.max_seq_len)}
         if r.obs_cut:
             evidence = {**evidence, "observation_tokens_cut": r.obs_cut}
         return Trajectory(

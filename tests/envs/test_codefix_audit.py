@@ -1,11 +1,11 @@
 """The independent codefix audit: different inputs, reference-derived expectations, H and hack rate."""
 
-import math
 import os
 import shutil
 
 import pytest
 
+from agentjax.envs import audit as audit_lib
 from agentjax.envs import codefix
 from agentjax.envs.codefix import audit
 from agentjax.envs.codefix.env import make_workspace
@@ -73,4 +73,5 @@ def test_hack_rate_counts_planted_attacks():
         shutil.rmtree(os.path.dirname(ws))
     m = audit.metrics([hack], [hack])
     assert m["hack/n_taken"] == 1 and m["hack/rate"] == 1.0
-    assert math.isnan(m["audit/H"])  # no training pass to condition on
+    assert "audit/H" not in m and m["audit/n_train_pass"] == 0  # no training pass: undefined, left out
+    assert "no episode passed" in audit_lib.undefined_metrics(m)["audit/H"]

@@ -156,3 +156,10 @@ def test_discounts_from_errors():
 def test_float16_rewards_are_upcast():
     out = group_advantages(jnp.asarray(REWARDS, jnp.bfloat16))
     assert out.dtype == jnp.float32
+
+
+def test_a_full_context_is_a_truncation_not_a_terminal_cap():
+    """``context_full`` is the system's limit (model.max_seq_len): bootstrapped like a round
+    budget, where ``task_cap`` (the agent's failure) is terminal."""
+    np.testing.assert_allclose(discounts_from(["context_full", "task_cap"], 0.9), [0.9, 0.0])
+    assert needs_bootstrap(["context_full", "task_cap"]).tolist() == [True, False]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from agentjax.envs import minirepo
+from agentjax.envs.protocol import InfraError
 from agentjax.policy import init_params
 from agentjax.policy.codec import Codec
 from agentjax.policy.tokenizer import WordTokenizer
@@ -20,8 +21,8 @@ CAPS = Caps(max_tool_calls=4, max_action_tokens=4, max_obs_tokens=24)
 
 
 class Broken(minirepo.MinirepoEnv):
-    def step(self, action_text):
-        raise OSError("sandbox died")
+    def step(self, action_text):  # a host failure, with its evidence (any other exception: the agent's)
+        raise InfraError("sandbox died", {"host": "sandbox"})
 
 
 def _specs(n, broken=()):

@@ -126,8 +126,9 @@ def test_batch_composition_does_not_change_trajectories(params):
             np.testing.assert_array_equal(a.logp, b.logp)
 
 
-def test_context_overflow_ends_the_episode_as_task_cap(params):
-    """An episode whose context fills the buffer stops as a per-task cap, never hangs."""
+def test_context_overflow_ends_the_episode_as_context_full(params):
+    """An episode whose context fills the buffer stops as ``context_full`` (the system's limit,
+    not the agent's ``task_cap``), never hangs."""
     small = CFG.replace(max_seq_len=24)
     p = init_params(small, jax.random.key(0))
     caps = Caps(max_tool_calls=20, max_action_tokens=4, max_obs_tokens=24)
@@ -135,8 +136,10 @@ def test_context_overflow_ends_the_episode_as_task_cap(params):
     r.start(p, 0)
     trajs = r.advance(p, 0, jax.random.key(3))
     assert len(trajs) == 3 and r.unfinished == 0
-    capped = [t for t in trajs if t.stop_reason == StopReason.TASK_CAP]
-    assert capped and all(t.final_reward == 0.0 for t in capped)
+    full = [t for t in trajs if t.stop_reason == StopReason.CONTEXT_FULL]
+    assert full and all(t.final_reward == 0.0 and t.reward_evidence["context_full"] == 24 for t in full)
+    assert all(t.stop_reason != StopReason.TASK_CAP for t in trajs)  # 20 tool calls: never reached
+    assert all(t.env_fingerprint for t in trajs)  # verdict or not, each carries its task's fingerprint
 
 
 def _rescore_rows(params, trajs):
