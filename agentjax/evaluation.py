@@ -109,24 +109,55 @@ def _parts(cfg, num_tasks: int | None):
     return system.build(run)
 
 
-def evaluate_checkpoint(cfg, workdir: str, *, step: int | None = None, num_tasks: int | None = None) -> dict:
-    """Greedy held-out evaluation of a ``launch.train`` checkpoint (raises CheckpointError)."""
+def _play(parts, params, step: int, sampled: bool) -> dict:
+    """The run's own held-out evaluation (greedy, ``runstate.evaluate_heldout``'s seed and
+    judges), and with ``sampled`` the same tasks sampled at ``rl.temperature``."""
+    from agentjax.diagnostics.evaluate import evaluate  # noqa: PLC0415
+    from agentjax.sampling.sampler import Sampler  # noqa: PLC0415
+    from agentjax.sampling.transforms import Greedy, Temperature  # noqa: PLC0415
+
+    run, out = parts.run, {}
+    modes = {"greedy": Greedy()}
+    if sampled:
+        modes["sampled"] = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
+    for mode, transform in modes.items():
+        sampler = Sampler(parts.model, transform=transform, stop_tokens=(parts.codec.stop,))
+        out[mode] = evaluate(
+            sampler,
+            parts.codec,
+            run.caps,
+            params,
+            step,
+            parts.heldout,
+            parts.make_eval_env,
+            audit_fn=parts.suite.audit_fn,
+            planted=parts.suite.planted,
+            seed=EVAL_SEED,
+        )
+    return out
+
+
+def _report(kind: str, parts, step, played: dict, **extra) -> dict:
+    run = parts.run
+    report = {"kind": kind, "task": run.task.name, "step": step, **extra, **structured(played["greedy"])}
+    if "sampled" in played:
+        report["sampled"] = {"temperature": run.rl.temperature, **structured(played["sampled"])}
+    return report
+
+
+def evaluate_checkpoint(
+    cfg, workdir: str, *, step: int | None = None, num_tasks: int | None = None, sampled: bool = True
+) -> dict:
+    """Held-out evaluation of a ``launch.train`` checkpoint, greedy (the run's own evaluation:
+    at the run's last step it equals its last ``eval/*`` row) and sampled (raises CheckpointError)."""
     import jax  # noqa: PLC0415
 
-    from agentjax.diagnostics.evaluate import evaluate  # noqa: PLC0415
     from agentjax.learner import checkpoint as ckpt  # noqa: PLC0415
     from agentjax.learner.step import init_train_state, make_optimizer  # noqa: PLC0415
     from agentjax.policy.model import init_params  # noqa: PLC0415
-    from agentjax.sampling.sampler import Sampler  # noqa: PLC0415
-    from agentjax.sampling.transforms import Greedy  # noqa: PLC0415
 
     parts = _parts(cfg, num_tasks)
     run = parts.run
-    if run.task.name != "minirepo":
-        raise ConfigError(
-            f"task.name={run.task.name!r}: checkpoints are evaluated on minirepo; "
-            "codefix runs scripted agents (drop --checkpoint_step)"
-        )
     ckdir = os.path.join(workdir, "checkpoints")
     steps = ckpt.all_steps(ckdir)
     if not steps:
@@ -147,27 +178,25 @@ def evaluate_checkpoint(cfg, workdir: str, *, step: int | None = None, num_tasks
         restored = ckpt.restore_checkpoint(ckdir, target, step=step)
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e} (was this run trained with this --config?)") from None
-    greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
-    flat = evaluate(
-        greedy,
-        parts.codec,
-        run.caps,
-        restored.state.params,
-        step,
-        parts.heldout,
-        parts.make_env,
-        audit_fn=lambda task, env: env.audit(),
-        planted=lambda t: bool(t.hack_tool),
-        seed=EVAL_SEED,
-    )
-    return {
-        "kind": "checkpoint",
-        "task": "minirepo",
-        "workdir": os.path.abspath(workdir),
-        "step": step,
-        "header": restored.metadata.get("header", {}),
-        **structured(flat),
-    }
+    played = _play(parts, restored.state.params, step, sampled)
+    header = restored.metadata.get("header", {})
+    return _report("checkpoint", parts, step, played, workdir=os.path.abspath(workdir), header=header)
+
+
+def evaluate_export(cfg, hf_dir: str, *, num_tasks: int | None = None, sampled: bool = True) -> dict:
+    """Held-out evaluation of a HF directory (``launch.export``'s output, or any checkpoint) on
+    the config's task: ``model`` becomes ``model.hf_path=hf_dir``, the weights its safetensors."""
+    from agentjax.policy.hf import load_hf_checkpoint  # noqa: PLC0415
+
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    model = d.get("model", {})
+    keep = ("param_dtype", "max_seq_len", "tool_format") if model.get("hf_path") else ("max_seq_len",)
+    d["model"] = {"hf_path": hf_dir, **{k: model[k] for k in keep if k in model}}
+    parts = _parts(d, num_tasks)
+    c = parts.model
+    _, params = load_hf_checkpoint(hf_dir, dtype=c.param_dtype, max_seq_len=c.max_seq_len)
+    played = _play(parts, params, 0, sampled)
+    return _report("export", parts, 0, played, checkpoint=os.path.abspath(hf_dir))
 
 
 def _minirepo_agent(name: str):
@@ -285,8 +314,13 @@ def table(report: dict) -> str:
             for a, r in report["agents"].items()
         ]
     else:
-        what = f"step {report['step']}" if report["kind"] == "checkpoint" else report["agent"]
+        what = {"checkpoint": f"step {report['step']} greedy", "export": "export greedy"}.get(
+            report["kind"], report.get("agent")
+        )
         rows = [(what, report)]
+        if "sampled" in report:
+            label = what.replace("greedy", f"sampled T={report['sampled']['temperature']}")
+            rows.append((label, report["sampled"]))
     lines = [
         *head,
         *(
@@ -302,14 +336,40 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def stored_config(workdir: str) -> dict | None:
+    """The config a ``launch.train`` run in ``workdir`` was started with (None: none stored)."""
+    import json  # noqa: PLC0415
+
+    from agentjax.workdir import RUN_CONFIG  # noqa: PLC0415
+
+    path = os.path.join(workdir, RUN_CONFIG)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def run_eval(
-    cfg, *, workdir: str, checkpoint_step: int | None = None, num_tasks: int | None = None, agent: str = ""
+    cfg,
+    *,
+    workdir: str,
+    checkpoint_step: int | None = None,
+    num_tasks: int | None = None,
+    agent: str = "",
+    checkpoint: str = "",
+    sampled: bool = True,
+    stored: bool = False,
 ) -> dict:
-    """What ``main`` evaluates for these flags (see the module doc)."""
-    if cfg.task.name == "codefix":
+    """What ``main`` evaluates for these flags (see the module doc); ``stored``: ``cfg`` is the
+    workdir's own config (a trained run's checkpoint, whatever its task)."""
+    if checkpoint:
+        return evaluate_export(cfg, checkpoint, num_tasks=num_tasks, sampled=sampled)
+    if stored and not agent:
+        return evaluate_checkpoint(cfg, workdir, step=checkpoint_step, num_tasks=num_tasks, sampled=sampled)
+    if (cfg.get("task") or {}).get("name") == "codefix":
         if checkpoint_step is not None:
             raise ConfigError("--checkpoint_step does not apply to codefix (scripted agents only)")
         return evaluate_codefix(cfg, agents=[agent] if agent else None, num_tasks=num_tasks)
     if agent:
         return evaluate_minirepo_agent(cfg, agent, num_tasks=num_tasks)
-    return evaluate_checkpoint(cfg, workdir, step=checkpoint_step, num_tasks=num_tasks)
+    return evaluate_checkpoint(cfg, workdir, step=checkpoint_step, num_tasks=num_tasks, sampled=sampled)

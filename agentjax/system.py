@@ -167,6 +167,8 @@ def train(
                 os.remove(stale)
         if os.path.isdir(refdir) and r.writer:  # left by a run that never reached a checkpoint
             shutil.rmtree(refdir)
+        if r.writer:  # launch.eval --workdir evaluates this run with this config
+            files.write_run_config(workdir, cfg)
         if parts.policy.hf_path and r.writer:  # what launch.export needs besides the weights
             task_model.save_source(parts.policy, os.path.join(workdir, task_model.SOURCE_DIR))
         demo = parts.suite.baseline()

@@ -15,10 +15,11 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from launch.configflag import define_config
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "Run configuration (configs/*.py).")
+_CONFIG = define_config("config", _DEFAULT, "Run configuration (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Where metrics, checkpoints and the report go.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue exactly from the latest checkpoint in --workdir.")
 _REPLAY = flags.DEFINE_string(
