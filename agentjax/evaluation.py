@@ -314,9 +314,9 @@ def table(report: dict) -> str:
             for a, r in report["agents"].items()
         ]
     else:
-        what = {"checkpoint": f"step {report['step']} greedy", "export": "export greedy"}.get(
-            report["kind"], report.get("agent")
-        )
+        what = report.get("agent", "export greedy")
+        if report["kind"] == "checkpoint":
+            what = f"step {report['step']} greedy"
         rows = [(what, report)]
         if "sampled" in report:
             label = what.replace("greedy", f"sampled T={report['sampled']['temperature']}")
