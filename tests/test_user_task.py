@@ -11,7 +11,7 @@ TASK = "examples.colour_task:make_suite"
 LOSS = "examples.colour_task:clipped_pg_with_entropy"
 
 
-def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path):
+def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path, tiny_hf_dir):
     wd = str(tmp_path / "colour")
     out = run_module(
         "launch.train",
@@ -47,3 +47,12 @@ def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path)
     assert report["success"]["rate"] == final["eval/success"]  # the run's final held-out figure
     assert report["metrics"] == {k: v for k, v in final.items() if k.startswith("eval/")}
     assert report["sampled"]["success"]["n"] == 16 and "sampled" in ev.stdout
+
+    # a HF directory (launch.export's format) on the same task and split: here a random tiny Qwen3
+    ev = run_module(
+        "launch.eval", f"--workdir={wd}", f"--checkpoint={tiny_hf_dir}", "--num_tasks=4", "--nosampled"
+    )
+    assert ev.returncode == 0, tail(ev)
+    assert "| export greedy | 4 |" in ev.stdout
+    bad = run_module("launch.eval", f"--workdir={wd}", f"--checkpoint={tmp_path / 'nothing'}")
+    assert bad.returncode == 2 and "model.hf_path=" in bad.stderr and "is not a directory" in bad.stderr
