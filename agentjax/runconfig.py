@@ -38,6 +38,7 @@ from agentjax.tasks.model import HFModel
 class TaskName(Choice):  # the built-ins; task.name may also be an import path 'package.module:factory'
     MINIREPO = "minirepo"
     CODEFIX = "codefix"  # trains with model.hf_path (a BPE tokenizer); evaluates scripted agents
+    DATASET = "dataset"  # JSONL prompts + a verifier named by import path (agentjax.tasks.dataset)
 
 
 class Latency(Choice):

@@ -75,7 +75,7 @@ def _with(**fields):
         ({"task__name": "examples.colour_task:WORDS"}, r"task.name=.* is a tuple; name a factory"),
         (
             {"task__name": "swe"},
-            r"task.name='swe' is invalid; allowed values: \['minirepo', 'codefix'\] or an",
+            r"task.name='swe' is invalid; allowed values: \['minirepo', 'codefix', 'dataset'\] or an",
         ),
     ],
 )

@@ -25,6 +25,7 @@ from agentjax.tasks.protocol import Demo, TaskSuite, checked
 BUILTIN = {
     "minirepo": "agentjax.tasks.minirepo:MinirepoSuite",
     "codefix": "agentjax.tasks.codefix:CodefixSuite",
+    "dataset": "agentjax.tasks.dataset:DatasetSuite",  # JSONL prompts + a verifier by import path
 }
 
 
