@@ -67,6 +67,7 @@ def _with(**fields):
             {"loss__name": "agentjax.objectives:ppo_loss", "loss__kwargs": {"beta": 1.0}},
             r"loss.name='agentjax.objectives:ppo_loss' does not take .* loss.kwargs=\['beta'\]",
         ),
+        ({"loss__kwargs": {"beta": 1.0}}, r"loss.kwargs.beta is not a field of loss 'grpo'; its fields"),
         ({"task__name": "nosuch_pkg.tasks:make"}, r"task.name='nosuch_pkg.tasks:make': cannot import module"),
         (
             {"task__name": "examples.colour_task:nope"},

@@ -139,6 +139,13 @@ class LossConfig:
         """The chosen loss's own config (``agentjax.objectives.registry``)."""
         if importpath.is_path(self.name):  # a user's loss: its fields are loss.kwargs
             return registry.make(self.name, **dict(self.kwargs))
+        own = {f.name for f in dataclasses.fields(registry.LOSSES[self.name])}
+        bad = sorted(set(dict(self.kwargs)) - own)
+        if bad:
+            raise ValueError(
+                f"{', '.join('loss.kwargs.' + b for b in bad)} is not a field of loss {self.name!r}; "
+                f"its fields: {sorted(own)}"
+            )
         try:
             return registry.make(self.name, **{**dict(getattr(self, self.name)), **dict(self.kwargs)})
         except ValueError as e:
