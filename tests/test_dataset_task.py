@@ -73,7 +73,8 @@ def test_a_jsonl_dataset_learns_from_a_random_init(tmp_path):
     >= 25 points over the random init's (measured here on the same split and seed)."""
     import jax
 
-    from agentjax.evaluation import _parts, _play
+    from agentjax.evaluation.checkpoint import heldout_figures
+    from agentjax.evaluation.common import run_parts
     from agentjax.policy.model import init_params
 
     path = tmp_path / "pick.jsonl"
@@ -98,8 +99,8 @@ def test_a_jsonl_dataset_learns_from_a_random_init(tmp_path):
     final = [r for r in rows if "eval/success" in r][-1]
     assert final["eval/n"] == 16
     cfg = json.load(open(wd / "run_config.json"))
-    parts = _parts(cfg, None)
-    random_init = _play(parts, init_params(parts.model, jax.random.key(0)), 0, False)["greedy"]
+    parts = run_parts(cfg, None)
+    random_init = heldout_figures(parts, init_params(parts.model, jax.random.key(0)), 0, False)["greedy"]
     assert max(start, final["eval/success"]) >= random_init["eval/success"] + 0.25, (
         random_init,
         start,
