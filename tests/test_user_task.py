@@ -11,7 +11,7 @@ TASK = "examples.colour_task:make_suite"
 LOSS = "examples.colour_task:clipped_pg_with_entropy"
 
 
-def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path, tiny_hf_dir):
+def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path):
     wd = str(tmp_path / "colour")
     out = run_module(
         "launch.train",
@@ -48,11 +48,44 @@ def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path,
     assert report["metrics"] == {k: v for k, v in final.items() if k.startswith("eval/")}
     assert report["sampled"]["success"]["n"] == 16 and "sampled" in ev.stdout
 
-    # a HF directory (launch.export's format) on the same task and split: here a random tiny Qwen3
-    ev = run_module(
-        "launch.eval", f"--workdir={wd}", f"--checkpoint={tiny_hf_dir}", "--num_tasks=4", "--nosampled"
+
+def test_a_hf_run_of_the_user_task_evaluates_the_same_from_its_export(tmp_path, tiny_hf_dir):
+    """launch.eval --checkpoint=<launch.export dir> plays the run's task and split with the
+    exported weights: the same figures as --workdir on the checkpoint it was exported from."""
+    wd, hf = str(tmp_path / "run"), str(tmp_path / "hf")
+    out = run_module(
+        "launch.train",
+        "--config=configs/codefix_tiny.py",
+        f"--workdir={wd}",
+        f"--config.model.hf_path={tiny_hf_dir}",
+        "--config.model.max_seq_len=256",
+        "--config.model.tool_format=plain",
+        f"--config.task.name={TASK}",
+        "--config.task.eval_tasks=8",
+        "--config.caps.max_action_tokens=8",
+        "--config.caps.max_obs_tokens=32",
+        "--config.warm_start.steps=40",  # enough to pass some held-out tasks: figures to compare
+        "--config.warm_start.episodes=64",
+        "--config.rl.steps=1",
+        "--config.rl.eval_every=1",
+        "--config.rl.batch_size=8",
+        "--config.checkpoint_every=1",
+        "--config.optim.grad_accum=1",
+        "--config.report=False",
     )
-    assert ev.returncode == 0, tail(ev)
-    assert "| export greedy | 4 |" in ev.stdout
+    assert out.returncode == 0, tail(out)
+    ex = run_module("launch.export", f"--workdir={wd}", f"--out={hf}")
+    assert ex.returncode == 0, tail(ex)
+    reports = []
+    for extra in ([], [f"--checkpoint={hf}"]):
+        path = str(tmp_path / f"eval{len(reports)}.json")
+        ev = run_module("launch.eval", f"--workdir={wd}", *extra, f"--out={path}")
+        assert ev.returncode == 0, tail(ev)
+        reports.append(json.load(open(path)))
+    ckpt, export = reports
+    assert (ckpt["kind"], export["kind"]) == ("checkpoint", "export") and export["task"] == TASK
+    assert export["success"]["n"] == 8 and export["metrics"] == ckpt["metrics"]
+    assert ckpt["success"]["rate"] > 0, ckpt  # the warm start learned something: a figure to match
+    assert export["sampled"]["metrics"] == ckpt["sampled"]["metrics"]
     bad = run_module("launch.eval", f"--workdir={wd}", f"--checkpoint={tmp_path / 'nothing'}")
     assert bad.returncode == 2 and "model.hf_path=" in bad.stderr and "is not a directory" in bad.stderr
