@@ -17,7 +17,8 @@ import dataclasses
 import re
 from typing import Any
 
-from agentjax import configcheck
+from agentjax import configcheck, importpath, rundefaults
+from agentjax import tasks as task_registry
 from agentjax.choice import Choice, coerce
 from agentjax.learner.objective import Advantage, LossConfig
 from agentjax.learner.step import OptimConfig
@@ -34,9 +35,10 @@ from agentjax.sharding.placement import PlacementKind
 from agentjax.tasks.model import HFModel
 
 
-class TaskName(Choice):
+class TaskName(Choice):  # the built-ins; task.name may also be an import path 'package.module:factory'
     MINIREPO = "minirepo"
     CODEFIX = "codefix"  # trains with model.hf_path (a BPE tokenizer); evaluates scripted agents
+    DATASET = "dataset"  # JSONL prompts + a verifier named by import path (agentjax.tasks.dataset)
 
 
 class Latency(Choice):
@@ -46,7 +48,8 @@ class Latency(Choice):
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    name: TaskName = TaskName.MINIREPO
+    name: str = TaskName.MINIREPO  # a TaskName, or a user's 'package.module:factory' (agentjax.tasks)
+    kwargs: dict = dataclasses.field(default_factory=dict)  # a user task's factory(run, **kwargs)
     difficulty: str = "default"  # a minirepo preset (agentjax.envs.minirepo.PRESETS)
     latency: Latency = Latency.LONG_TAILED
     max_steps: int = 6
@@ -54,7 +57,14 @@ class TaskConfig:
     hack_tool: bool = True  # keep planted hack opportunities (hack rate is measured)
 
     def __post_init__(self):
-        coerce(self, name=TaskName, latency=Latency)
+        if not importpath.is_path(self.name):
+            if self.name not in TaskName.values():
+                raise ValueError(
+                    f"task.name={self.name!r} is invalid; allowed values: {TaskName.values()} "
+                    "or an import path 'package.module:factory'"
+                )
+            coerce(self, name=TaskName)
+        coerce(self, latency=Latency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +250,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     for name in _SECTIONS.keys() | {"model"}:
         if not isinstance(d.get(name, {}), dict):
             raise ConfigError(f"{name}={d[name]!r} is invalid; must be a section (a dict of fields)")
+    d = rundefaults.merged(d)  # one set of defaults: a partial section keeps the default run's rest
     top = {k: d[k] for k in ("seed", "checkpoint_every", "log_every", "report") if k in d}
     configcheck.check_types("", RunConfig, top)
     for k, v in top.items():
@@ -254,6 +265,8 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             "task.name='codefix' needs a real tokenizer for training: set model.hf_path "
             "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)"
         )
+    if importpath.is_path(t.name):
+        task_registry.resolve(t.name)  # the module imports and the factory is there: before any work
     _check_codefix(parts["codefix"])
     _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
     if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):

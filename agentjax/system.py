@@ -143,14 +143,15 @@ def train(
         files.check_workdir(workdir, files.needed_bytes(n))
         lock = files.RunLock(workdir).acquire(log)  # one run per workdir
     try:
-        return _train(run, parts, workdir, resume=resume, replay=replay, schedule=schedule, log=log)
+        return _train(run, cfg, parts, workdir, resume=resume, replay=replay, schedule=schedule, log=log)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(run, parts: Parts, workdir: str, *, resume, replay, schedule, log) -> dict:
-    """:func:`train` once the config, the parts and the workdir are checked (and locked)."""
+def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, log) -> dict:
+    """:func:`train` once the config (``run``, parsed from ``cfg``), the parts and the workdir are
+    checked (and locked)."""
     os.makedirs(workdir, exist_ok=True)
     r = RunState(parts, workdir, log)
     ckdir = os.path.join(workdir, "checkpoints")
@@ -181,6 +182,8 @@ def _train(run, parts: Parts, workdir: str, *, resume, replay, schedule, log) ->
                 os.remove(stale)
         if os.path.isdir(refdir) and r.writer:  # left by a run that never reached a checkpoint
             shutil.rmtree(refdir)
+        if r.writer:  # launch.eval --workdir evaluates this run with this config
+            files.write_run_config(workdir, cfg)
         if parts.policy.hf_path and r.writer:  # what launch.export needs besides the weights
             task_model.save_source(parts.policy, os.path.join(workdir, task_model.SOURCE_DIR))
         demo = parts.suite.baseline()

@@ -49,6 +49,16 @@ TYPES = frozenset({
     "agentjax.envs.codefix.api:Task", "agentjax.envs.faults:RetryState",
     "agentjax.sampling.groups:UniformGroups", "agentjax.sampling.groups:GroupGate",
 })  # fmt: skip
+_ALLOWED: set[str] = set(TYPES)  # TYPES and the types a user's task declares (allow)
+
+
+def allow(*types: type) -> None:
+    """Adds a user task's record types (its task objects' dataclasses) to the allow-list, so
+    its tasks can sit in the journal and the scheduler snapshot (``TaskSuite.record_types``)."""
+    for t in types:
+        if not (dataclasses.is_dataclass(t) or hasattr(t, "_fields") or issubclass(t, enum.Enum)):
+            raise TagError(f"{t!r}: only dataclasses, NamedTuples and enums can be stored")
+        _ALLOWED.add(f"{t.__module__}:{t.__qualname__}")
 
 
 class TagError(ValueError):
@@ -67,7 +77,7 @@ class RestoredError(RuntimeError):
 
 
 def _resolve(name: str):
-    if name not in TYPES:
+    if name not in _ALLOWED:
         raise TagError(f"unknown type {name!r} (not in agentjax.tagjson.TYPES); written by a newer agentjax?")
     module, attr = name.split(":")
     return getattr(importlib.import_module(module), attr)
@@ -75,11 +85,12 @@ def _resolve(name: str):
 
 def _type_name(x) -> str:
     name = f"{type(x).__module__}:{type(x).__qualname__}"
-    if name in TYPES:
+    if name in _ALLOWED:
         return name
     raise TagError(
         f"cannot encode a {type(x).__module__}.{type(x).__qualname__}: not one of the "
-        f"registered types {sorted(TYPES)} (agentjax/tagjson.py)"
+        f"registered types {sorted(_ALLOWED)} (agentjax/tagjson.py; a user task lists its "
+        "task types in its suite's record_types)"
     )
 
 

@@ -125,6 +125,16 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+RUN_CONFIG = "run_config.json"  # the config as given (file + flags), for launch.eval --workdir
+
+
+def write_run_config(workdir: str, cfg) -> None:
+    """``<workdir>/run_config.json``: the config a run was started with, before parsing (so
+    ``runconfig.parse`` reads it back as it read the original)."""
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    atomic_write(os.path.join(workdir, RUN_CONFIG), json.dumps(d, indent=1, default=str).encode())
+
+
 def config_record(run: runconfig.RunConfig) -> dict:
     """The parsed run config as JSON (stored with every checkpoint; --resume compares it)."""
     return json.loads(json.dumps(dataclasses.asdict(run), default=str))

@@ -39,13 +39,9 @@ def get_config():
     # 2-row micro-batches: the learner's attention over 3072 tokens stays ~0.3 GB per copy (a 4096
     # run with 8-row batches was OOM-killed at 15 GB on a 23 GB machine).
     c.optim = dict(c.optim, grad_accum=4)
-    c.scheduler = dict(
-        mode="windowed_fifo",
-        window=8,
-        num_slots=8,
-        gen_seconds_per_token=0.02,
-        learner_step_time=2.0,
-    )
+    # a partial section: the rest (the real clock, the env pool) is the default run's. A random
+    # model fails every task: dynamic sampling would only play 4x the sandbox episodes, so keep
+    c.scheduler = dict(mode="windowed_fifo", window=8, num_slots=8, engine_slots=8, uniform_groups="keep")
     c.checkpoint_every = 3
     c.log_every = 1
     return c

@@ -26,13 +26,9 @@ def get_config():
     c.caps = dict(max_tool_calls=16, max_action_tokens=2048, max_obs_tokens=4096)
     c.warm_start = dict(episodes=256, steps=100, batch_size=8, learning_rate=1e-5)
     c.rl = dict(steps=200, group_size=8, batch_size=32, eval_every=20, temperature=1.0)
-    c.scheduler = dict(
-        mode="windowed_fifo",
-        window=32,
-        num_slots=32,
-        gen_seconds_per_token=0.02,
-        learner_step_time=2.0,
-    )
+    # the rest of the section is the default run's (real clock, dynamic sampling); 32 engine
+    # slots: the KV cache of 64 x 8192 tokens would not fit next to the learner
+    c.scheduler = dict(mode="windowed_fifo", window=32, num_slots=32, engine_slots=32, uniform_groups="drop")
     c.optim = dict(learning_rate=1e-6, warmup_steps=10, grad_clip=1.0, grad_accum=1)
     c.checkpoint_every = 20
     c.log_every = 5

@@ -1,19 +1,23 @@
 """Held-out evaluation: success with a 95% interval, the audit metric H, hack rate, fault breakdown.
 
-    python -m launch.eval --config=configs/smoke.py --workdir=/tmp/smoke              # latest checkpoint
-    python -m launch.eval --config=configs/smoke.py --workdir=/tmp/smoke --checkpoint_step=6 \
-        --num_tasks=64 --out=/tmp/eval6.json
+    python -m launch.eval --workdir=/tmp/smoke                     # its latest checkpoint, its config
+    python -m launch.eval --workdir=/tmp/smoke --step=6 --num_tasks=64 --out=/tmp/eval6.json
+    python -m launch.eval --workdir=/tmp/smoke --checkpoint=/tmp/smoke_hf   # a launch.export dir
     python -m launch.eval --agent=demonstrator --num_tasks=256                         # scripted agent
     python -m launch.eval --config=configs/codefix_eval.py --agent=oracle --num_tasks=2  # real sandbox
 
 Three things can be evaluated, each printed as a table and written as JSON:
 
-- **a checkpoint** written by ``launch.train`` in ``--workdir`` (``--checkpoint_step``, default the
-  latest): pass the ``--config`` (and ``--config.*`` overrides) the run was trained with. The model
-  plays the config's held-out minirepo tasks greedily, exactly as the training loop's own
-  evaluation (``agentjax.diagnostics.evaluate.evaluate``, same seed): at the run's last step the
-  numbers equal the last ``eval/*`` row of its ``metrics.jsonl``. JSON default:
-  ``<workdir>/eval_<step>.json``.
+- **a checkpoint** written by ``launch.train`` in ``--workdir`` (``--step``, default the latest),
+  with the config the run stored (``<workdir>/run_config.json``; a ``--config`` given on the
+  command line replaces it, as for runs older than that file). The model plays its task's
+  held-out split (any task: a user's ``package.module:factory`` too) greedily, exactly as the
+  training loop's own evaluation (``agentjax.diagnostics.evaluate.evaluate``, same seed and
+  judges): at the run's last step the numbers equal the last ``eval/*`` row of its
+  ``metrics.jsonl``; then sampled at ``rl.temperature`` (``--nosampled``: greedy only). JSON
+  default: ``<workdir>/eval_<step>.json``.
+- **a HF directory** (``--checkpoint=DIR``: ``launch.export``'s output, or any HF checkpoint) on
+  the same task and split: the run's ``model`` section becomes ``model.hf_path=DIR``.
 - **a scripted minirepo agent** (``--agent=demonstrator|localizing|oracle|random|test_editor``), no
   checkpoint: the same held-out tasks and environment, the episode seeds of the training loop's
   demonstrator baseline (so ``demonstrator`` reproduces the ``demonstrator_success`` it logs). They
@@ -43,6 +47,9 @@ _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CONFIG = configflag.define(_DEFAULT)  # a config that cannot be loaded: one line, exit 2
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/default", "Workdir of a launch.train run.")
 _STEP = flags.DEFINE_integer("checkpoint_step", None, "Checkpoint step to evaluate (default: latest).")
+flags.DEFINE_alias("step", "checkpoint_step")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "", "A HF directory (launch.export) to evaluate instead.")
+_SAMPLED = flags.DEFINE_bool("sampled", True, "Also evaluate sampled at rl.temperature (checkpoints).")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", None, "Held-out tasks to play (default: the config's).")
 _AGENT = flags.DEFINE_string("agent", "", "A scripted agent instead of a checkpoint (see module doc).")
 _OUT = flags.DEFINE_string("out", "", "JSON output (default <workdir>/eval_<step>.json for checkpoints).")
@@ -52,17 +59,21 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from agentjax.envs.sandbox import SandboxUnavailable  # noqa: PLC0415
-    from agentjax.evaluation import run_eval, table  # noqa: PLC0415
+    from agentjax.evaluation import run_eval, stored_config, table  # noqa: PLC0415
     from agentjax.learner.checkpoint import CheckpointError  # noqa: PLC0415
     from agentjax.policy.config import ConfigError  # noqa: PLC0415
 
+    stored = None if flags.FLAGS["config"].present or _AGENT.value else stored_config(_WORKDIR.value)
     try:
         report = run_eval(
-            configflag.value(_CONFIG),
+            stored or configflag.value(_CONFIG),
             workdir=_WORKDIR.value,
             checkpoint_step=_STEP.value,
             num_tasks=_NUM_TASKS.value,
             agent=_AGENT.value,
+            checkpoint=_CHECKPOINT.value,
+            sampled=_SAMPLED.value,
+            stored=stored is not None,
         )
     except ConfigError as e:
         print(f"invalid config or flag: {e}", file=sys.stderr)

@@ -46,7 +46,7 @@ def _eval_rows(wd):
 
 def test_checkpoint_eval_is_deterministic_and_equals_the_runs_own_eval(trained, tmp_path):
     stdout = _eval(*SHORT, f"--workdir={trained}")  # latest checkpoint, default --out
-    assert "| step 4 | 16 |" in stdout
+    assert "| step 4 greedy | 16 |" in stdout and "| step 4 sampled T=1.0 | 16 |" in stdout
     first = json.load(open(os.path.join(trained, "eval_4.json")))
     _eval(*SHORT, f"--workdir={trained}", "--checkpoint_step=4", f"--out={tmp_path / 'again.json'}")
     assert json.load(open(tmp_path / "again.json")) == first  # the same checkpoint twice: identical

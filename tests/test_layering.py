@@ -11,6 +11,8 @@ PKG = pathlib.Path(agentjax.__file__).parent
 # Kept in sync with the table in docs/architecture.md ("Import direction").
 ALLOWED = {
     "choice": set(),  # the Choice enum base: a leaf every unit may import (see LEAVES)
+    "importpath": set(),  # 'package.module:attribute' names of user code: a leaf as well
+    "rundefaults": set(),  # the default run's values as plain data (configs/default.py): a leaf
     "trajectory": set(),
     "tagjson": set(),
     "objectives": {"trajectory"},
@@ -21,7 +23,7 @@ ALLOWED = {
     "learner": {"policy", "objectives", "trajectory", "tagjson"},
     "diagnostics": {"policy", "sampling", "envs", "objectives", "trajectory"},
     "configcheck": {"policy"},
-    "tasks": {"policy", "sampling", "envs", "trajectory"},
+    "tasks": {"policy", "sampling", "envs", "trajectory", "tagjson"},
     "runsections": {"envs"},
     "loopparts": {"envs", "sampling", "trajectory"},
     "runconfig": {"policy", "sampling", "learner", "envs", "objectives", "sharding", "trajectory",
@@ -35,11 +37,11 @@ ALLOWED = {
                "objectives", "sharding", "diagnostics", "trajectory", "report", "tasks", "loopparts",
                "runsections"},
     "evaluation": {"runconfig", "system", "runstate", "policy", "sampling", "learner", "envs", "diagnostics",
-                   "tasks"},
+                   "tasks", "workdir"},
     "testing": {"trajectory", "tagjson", "objectives", "policy", "envs", "sharding", "sampling", "learner",
                 "diagnostics", "runconfig", "runstate", "workdir", "system", "evaluation", "tasks"},
 }  # fmt: skip
-LEAVES = {"choice"}  # imports nothing from agentjax; allowed from every unit
+LEAVES = {"choice", "importpath", "rundefaults"}  # import nothing from agentjax; allowed from every unit
 
 
 def _unit(path: pathlib.Path) -> str:

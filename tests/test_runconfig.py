@@ -66,7 +66,7 @@ def test_codefix_training_needs_a_hf_tokenizer():
     assert run.task.name == "codefix" and run.codefix.agents == ("oracle", "no_op", "wrong_fix")
     c = default.get_config()
     c.task.name = "swe"
-    match = r"task.name='swe' is invalid; allowed values: \['minirepo', 'codefix'\]"
+    match = r"task.name='swe' is invalid; allowed values: \['minirepo', 'codefix', 'dataset'\]"
     with pytest.raises(ConfigError, match=match):
         parse(c, evaluation=True)
 

@@ -1,6 +1,8 @@
 """The learner's objective, chosen by config from the loss registry (``agentjax.objectives.registry``).
 
-``LossConfig`` is the run config's ``loss`` section: ``name`` picks the loss; its own fields
+``LossConfig`` is the run config's ``loss`` section: ``name`` picks the loss, a built-in's short
+name or any ``package.module:function`` with the objectives' signature (its keyword arguments in
+``loss.kwargs``: ``--config.loss.kwargs.beta=0.1``; :mod:`agentjax.objectives.registry`); its own fields
 (``clip_low``, ``clip_high``, ``aggregation``, bounds, ...) sit in the sub-section named after it
 (``loss.grpo.clip_high=0.28``) and default to its paper's values; a field the chosen loss does
 not have is an error naming it. Other losses' sub-sections are ignored, so switching
@@ -22,6 +24,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from agentjax import importpath
 from agentjax import objectives as obj
 from agentjax.choice import Choice
 from agentjax.objectives import registry
@@ -58,7 +61,8 @@ _TIS_LOSSES = ("ppo", "grpo", "cispo")  # losses linear in a per-token advantage
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    name: str = "grpo"
+    name: str = "grpo"  # a built-in (LOSSES) or an import path 'package.module:function'
+    kwargs: dict = dataclasses.field(default_factory=dict)  # over the loss's own fields / its kwargs
     # the chosen loss's own fields, in the section named after it (loss.grpo.clip_high=0.28);
     # absent fields take the loss's paper defaults (agentjax.objectives.registry)
     ppo: dict = dataclasses.field(default_factory=dict)
@@ -85,8 +89,12 @@ class LossConfig:
     negative_scale: float = 1.0  # multiplies negative advantages (0: learn only from better-than-average)
 
     def __post_init__(self):
-        _choice("loss.name", self.name, LOSSES)
-        for name in LOSSES:  # hashable, read-only sections (each loss reads only its own)
+        if not importpath.is_path(self.name) and self.name not in LOSSES:
+            raise ValueError(
+                f"loss.name={self.name!r} is invalid; allowed values: {list(LOSSES)} "
+                "or an import path 'package.module:function'"
+            )
+        for name in (*LOSSES, "kwargs"):  # hashable, read-only sections (each loss reads only its own)
             sec = getattr(self, name)
             sec = dict(sec) if not isinstance(sec, tuple) else dict(sec)
             object.__setattr__(
@@ -132,11 +140,21 @@ class LossConfig:
     @property
     def objective(self):
         """The chosen loss's own config (``agentjax.objectives.registry``)."""
-        return self._section_config(self.name)
+        if importpath.is_path(self.name):  # a user's loss: its fields are loss.kwargs
+            return registry.make(self.name, **dict(self.kwargs))
+        own = {f.name for f in dataclasses.fields(registry.LOSSES[self.name])}
+        bad = sorted(set(dict(self.kwargs)) - own)
+        if bad:
+            raise ValueError(
+                f"{', '.join('loss.kwargs.' + b for b in bad)} is not a field of loss {self.name!r}; "
+                f"its fields: {sorted(own)}"
+            )
+        return self._section_config(self.name, dict(self.kwargs))
 
-    def _section_config(self, name: str):
+    def _section_config(self, name: str, over: dict | None = None):
+        """Loss ``name``'s own config from its section (``loss.<name>``), ``over`` laid on top."""
         try:
-            return registry.make(name, **dict(getattr(self, name)))
+            return registry.make(name, **{**dict(getattr(self, name)), **(over or {})})
         except ValueError as e:
             raise ValueError(str(e).replace("loss.", f"loss.{name}.")) from None
 
@@ -148,11 +166,6 @@ class LossConfig:
         if (self.filter != "none" and self.filter_ratio == "mismatch") or self.tis_cap:
             need.add("train_v")
         return frozenset(need)
-
-
-def _choice(field, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
 
 
 def _filter(cfg: LossConfig, train_logp, infer_logp, mask):

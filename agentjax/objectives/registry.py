@@ -9,13 +9,22 @@
 learner's recompute at the behaviour version, ``pi_v``; HisPO's mismatch/update split) and
 ``prox`` (the parameters at the start of the training step; decoupled PPO). A loss states which
 it needs (``needs``), so the training loop computes only those.
+
+One door for every loss: ``loss.name`` is a short name of :data:`BUILTIN` (each an import path of
+a class below) or any ``package.module:attribute``. A class with ``apply`` (like those below) is
+built with the loss's fields; a function with the objectives' signature,
+``fn(logp, behav_logp, advantages, mask, **kwargs) -> (loss, metrics)`` (``ppo_loss``, or a user's
+own composed from :mod:`agentjax.objectives`), is wrapped in :class:`FunctionLoss` with its
+``kwargs`` (``loss.kwargs.x=...``); it gets ``max_len`` too when it takes that argument.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, NamedTuple
 
+from agentjax import importpath
 from agentjax.objectives.core import AGGREGATION_MODES, check_clip, masked_mean
 from agentjax.objectives.decoupled import decoupled_ppo_loss
 from agentjax.objectives.losses import cispo_loss, grpo_loss, gspo_loss, ppo_loss
@@ -247,14 +256,75 @@ LOSSES = {
     "decoupled_ppo": DecoupledPPO,
 }
 LOSS_FIELDS = sorted({f.name for cls in LOSSES.values() for f in dataclasses.fields(cls)})
+# the built-ins' short names, each the import path of its class: the same door as a user's loss
+BUILTIN = {name: f"{__name__}:{cls.__name__}" for name, cls in LOSSES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionLoss:
+    """A loss function with the objectives' signature and its own keyword arguments."""
+
+    fn: Any
+    kwargs: tuple = ()  # sorted (name, value) pairs: hashable (the config is a jit static)
+    path: str = ""
+    needs = ()
+
+    def apply(self, lp: Logps, adv, mask, *, max_len, **_):
+        kw = dict(self.kwargs)
+        if _takes(self.fn, "max_len"):
+            kw["max_len"] = max_len
+        out = self.fn(lp.current, lp.behavior, adv, mask, **kw)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+            raise ValueError(f"loss.name={self.path!r} must return (loss, metrics dict); got {type(out)}")
+        return out
+
+
+def _takes(fn, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _function(path: str, fn, fields: dict) -> FunctionLoss:
+    """``fn`` checked against the objectives' signature with ``fields`` as its keywords."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise ValueError(f"loss.name={path!r} is not a function with a signature") from None
+    try:
+        sig.bind(0, 0, 0, 0, **fields)  # (logp, behav_logp, advantages, mask, **kwargs)
+    except TypeError as e:
+        raise ValueError(
+            f"loss.name={path!r} does not take (logp, behav_logp, advantages, mask, **loss.kwargs) "
+            f"with loss.kwargs={sorted(fields)}: {e}"
+        ) from None
+    kw = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in fields.items()))
+    return FunctionLoss(fn, kw, path)
+
+
+def resolve(name: str):
+    """What ``loss.name`` names: a built-in's class, or the object at an import path."""
+    if not importpath.is_path(name) and name not in BUILTIN:
+        raise ValueError(
+            f"loss.name={name!r} is invalid; allowed values: {list(LOSSES)} "
+            "or an import path 'package.module:function'"
+        )
+    return importpath.load(BUILTIN.get(name, name), "loss.name")
 
 
 def make(name: str, **fields):
     """The config of loss ``name`` with ``fields`` over its paper defaults; a field the loss does
     not have is an error naming it and the loss's own fields."""
-    if name not in LOSSES:
-        raise ValueError(f"loss.name={name!r} is invalid; allowed values: {list(LOSSES)}")
-    cls = LOSSES[name]
+    cls = resolve(name)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and hasattr(cls, "apply")):
+        if isinstance(cls, type) or not callable(cls):
+            raise ValueError(
+                f"loss.name={name!r} is a {type(cls).__name__}; name a loss function "
+                "fn(logp, behav_logp, advantages, mask, **kwargs) or a loss dataclass with apply()"
+            )
+        return _function(name, cls, fields)
     own = {f.name for f in dataclasses.fields(cls)}
     bad = sorted(set(fields) - own)
     if bad:

@@ -9,28 +9,55 @@
     suite.vocabulary()               # words for the built-in word tokenizer (None: needs a HF one)
     suite.tools, suite.system        # tool schemas and system prompt for a chat template
 
-``system.py`` composes a run through this interface only; a user's own task implements
-:class:`TaskSuite` and registers a constructor in :data:`SUITES`.
+``system.py`` composes a run through this interface only. ``task.name`` is a short name of
+:data:`BUILTIN` or any ``package.module:factory``: a callable ``factory(run, **task.kwargs)``
+returning a suite (:mod:`agentjax.tasks.protocol` documents the minimal one); the built-ins are
+import paths of their classes, loaded the same way.
 """
 
 from __future__ import annotations
 
-from agentjax.tasks.protocol import Demo, TaskSuite
+from agentjax import importpath
+from agentjax.policy.config import ConfigError
+from agentjax.sampling.worker import GroupTask
+from agentjax.tasks.protocol import Demo, TaskSuite, checked
 
-SUITES = {}
+BUILTIN = {
+    "minirepo": "agentjax.tasks.minirepo:MinirepoSuite",
+    "codefix": "agentjax.tasks.codefix:CodefixSuite",
+    "dataset": "agentjax.tasks.dataset:DatasetSuite",  # JSONL prompts + a verifier by import path
+}
 
 
-def _register():
-    from agentjax.tasks import codefix, minirepo  # noqa: PLC0415
-
-    SUITES.setdefault("minirepo", minirepo.MinirepoSuite)
-    SUITES.setdefault("codefix", codefix.CodefixSuite)
+def resolve(name: str):
+    """The factory ``task.name`` names (a ConfigError naming the field when it cannot be loaded)."""
+    if not importpath.is_path(name) and name not in BUILTIN:
+        raise ConfigError(
+            f"task.name={name!r} is invalid; allowed values: {list(BUILTIN)} "
+            "or an import path 'package.module:factory'"
+        )
+    try:
+        factory = importpath.load(BUILTIN.get(name, name), "task.name")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not callable(factory):
+        raise ConfigError(
+            f"task.name={name!r} is a {type(factory).__name__}; name a factory "
+            "factory(run, **task.kwargs) -> task suite (agentjax/tasks/protocol.py)"
+        )
+    return factory
 
 
 def make(run) -> TaskSuite:
-    """The task suite named by ``run.task.name``."""
-    _register()
-    return SUITES[run.task.name](run)
+    """The task suite named by ``run.task.name``, built with ``run.task.kwargs``."""
+    factory, kwargs = resolve(run.task.name), dict(run.task.kwargs)
+    try:
+        suite = factory(run, **kwargs)
+    except TypeError as e:
+        if not kwargs:
+            raise
+        raise ConfigError(f"task.name={run.task.name!r} with task.kwargs={sorted(kwargs)}: {e}") from None
+    return checked(suite, run.task.name)
 
 
-__all__ = ["SUITES", "Demo", "TaskSuite", "make"]
+__all__ = ["BUILTIN", "Demo", "GroupTask", "TaskSuite", "make", "resolve"]

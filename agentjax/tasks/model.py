@@ -84,8 +84,10 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
     from agentjax.sampling.chat_codec import ChatCodec  # noqa: PLC0415
 
     path = model.hf_path
+    _check_positions(model)
     config = load_hf_config(path, dtype=model.param_dtype, **model.overrides())
     tok, chat = load_chat_tokenizer(path)
+    _check_tools(chat, suite, path)
     if tok.vocab_size > config.vocab_size:
         raise HFImportError(
             f"{path}/tokenizer.json has {tok.vocab_size} tokens but config.json's "
@@ -106,6 +108,51 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         tool_format=model.tool_format,
     )
     return Policy(config, tok, codec, str(path))
+
+
+_EXTENDING = ("yarn", "linear", "dynamic")  # rope scalings whose factor extends max_position_embeddings
+
+
+def _check_positions(model: HFModel) -> None:
+    """``model.max_seq_len`` within the positions the checkpoint was trained for (x the factor
+    of a rope scaling that extends them, as transformers reads YaRN's config)."""
+    import json  # noqa: PLC0415
+
+    if model.max_seq_len is None:
+        return
+    try:
+        cfg = json.loads((Path(model.hf_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # load_hf_config names the file's problem
+    mpe = cfg.get("max_position_embeddings")
+    if not isinstance(mpe, int):
+        return
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    limit = int(mpe * scaling.get("factor", 1.0)) if kind in _EXTENDING else mpe
+    if model.max_seq_len > limit:
+        raise ConfigError(
+            f"model.max_seq_len={model.max_seq_len} is invalid for {model.hf_path}: beyond its "
+            f"config.json max_position_embeddings={mpe}"
+            + (f" x rope_scaling factor {scaling['factor']}" if limit != mpe else "")
+            + f"; must be <= {limit}"
+        )
+
+
+def _check_tools(chat, suite, path) -> None:
+    """A task with tools needs a chat template that renders them: else the prompt would carry no
+    tool schemas and the model could not know what it may call."""
+    tools = list(getattr(suite, "tools", ()) or ())
+    if not tools:
+        return
+    names = [t.get("function", t).get("name", "") for t in tools]
+    with_tools = chat.prompt("x", system=suite.system, tools=tools)
+    if with_tools == chat.prompt("x", system=suite.system) or not all(n in with_tools for n in names):
+        raise ConfigError(
+            f"model.hf_path={path!r}: its chat template ignores `tools`, so the prompt would carry "
+            f"none of task.name={suite.name!r}'s tool schemas {names}; use a checkpoint whose "
+            "template renders tools (tokenizer_config.json chat_template)"
+        )
 
 
 def load_params(policy: Policy, shardings):

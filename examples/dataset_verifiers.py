@@ -1,0 +1,26 @@
+"""Verifiers for the built-in dataset task (``task.name=dataset``, ``agentjax/tasks/dataset.py``):
+``verifier(record, reply) -> reward``, named by ``task.kwargs.verifier=examples.dataset_verifiers:...``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+
+def first_word(record: dict, reply: str) -> float:
+    """1 when the reply's first word is the record's ``answer``, else 0."""
+    return float(reply.split()[:1] == [str(record["answer"])])
+
+
+def write_pick_dataset(path, words=("red", "green", "blue", "amber", "teal", "plum")) -> int:
+    """A tiny string-transform dataset: ``first a b`` -> ``a``, ``second a b`` -> ``b``, every
+    ordered pair of distinct words, shuffled by a fixed permutation; returns the line count."""
+    rows = [
+        {"prompt": f"{which} {a} {b}", "answer": a if which == "first" else b}
+        for a, b in itertools.permutations(words, 2)
+        for which in ("first", "second")
+    ]
+    rows = [rows[(i * 37) % len(rows)] for i in range(len(rows))]  # 37 is coprime with 60
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return len(rows)

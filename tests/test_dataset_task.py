@@ -1,0 +1,108 @@
+"""The built-in dataset task: JSONL prompts, a verifier named by import path, a held-out split,
+faults attributed like the built-ins; trained by launch.train from a random init."""
+
+import json
+
+import pytest
+
+from agentjax import runconfig, tasks
+from agentjax.envs.protocol import Label
+from agentjax.policy.config import ConfigError
+from agentjax.tasks.dataset import DatasetEnv, Item
+from configs import smoke
+from examples.dataset_verifiers import write_pick_dataset
+from tests.runs import read_metrics, run_module, tail
+
+VERIFIER = "examples.dataset_verifiers:first_word"
+
+
+def _broken(record, reply):
+    raise RuntimeError("the grader's database is down")
+
+
+def test_replies_are_judged_and_faults_attributed():
+    recs = {"train": [{"prompt": "first red blue", "answer": "red"}]}
+    env = DatasetEnv(recs, lambda r, reply: 0.5 if reply == "almost" else float(reply == r["answer"]))
+    item = Item("train", 0, "t0")
+    for reply, label, reward in (
+        ("red", Label.PASS, 1.0),
+        ("almost", Label.FAIL, 0.5),
+        ("  ", Label.AGENT_ERROR, 0.0),
+    ):
+        assert env.reset(item, 0) == "first red blue"
+        v = env.step(reply).verdict
+        assert (v.label, v.reward) == (label, reward), reply
+    env = DatasetEnv(recs, _broken)  # the verifier's failure is not the agent's: masked, retried
+    env.reset(item, 0)
+    res = env.step("red")
+    assert res.verdict.label is Label.INFRA_FAULT and res.verdict.trained_reward is None
+    assert "database is down" in res.verdict.evidence["verifier_error"]
+
+
+def _cfg(**kwargs):
+    c = smoke.get_config()
+    c.task.name = "dataset"
+    c.task.kwargs = kwargs
+    return runconfig.parse(c)
+
+
+def test_bad_dataset_settings_are_named(tmp_path):
+    path = tmp_path / "d.jsonl"
+    write_pick_dataset(path)
+    for kwargs, match in (
+        ({}, r"task.name='dataset' needs task.kwargs.path"),
+        ({"path": str(tmp_path / "none.jsonl"), "verifier": VERIFIER}, r"task.kwargs.path=.* is not a file"),
+        (
+            {"path": str(path), "verifier": "examples.dataset_verifiers:nope"},
+            r"task.kwargs.verifier=.* no attribute",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            tasks.make(_cfg(**kwargs))
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{"answer": 1}\n')
+    with pytest.raises(ConfigError, match=r"line 2 has no string 'prompt'"):
+        tasks.make(_cfg(path=str(tmp_path / "bad.jsonl"), verifier=VERIFIER))
+    suite = tasks.make(_cfg(path=str(path), verifier=VERIFIER))
+    assert len(suite.heldout) == 16 and len(suite.records["train"]) == 60 - 16  # last 16 lines held out
+    held = {r["prompt"] for r in suite.records["heldout"]}
+    assert not held & {r["prompt"] for r in suite.records["train"]}
+
+
+def test_a_jsonl_dataset_learns_from_a_random_init(tmp_path):
+    """Warm start on the dataset's answers, then RL on the verifier's rewards: held-out success
+    >= 25 points over the random init's (measured here on the same split and seed)."""
+    import jax
+
+    from agentjax.evaluation.checkpoint import heldout_figures
+    from agentjax.evaluation.common import run_parts
+    from agentjax.policy.model import init_params
+
+    path = tmp_path / "pick.jsonl"
+    write_pick_dataset(path)
+    wd = tmp_path / "run"
+    args = [
+        "--config=configs/smoke.py",
+        "--config.task.name=dataset",
+        f"--config.task.kwargs.path={path}",
+        f"--config.task.kwargs.verifier={VERIFIER}",
+        "--config.task.eval_tasks=16",
+        "--config.warm_start.steps=100",
+        "--config.rl.steps=2",
+        "--config.rl.eval_every=2",
+        "--config.checkpoint_every=0",
+        "--config.report=False",
+    ]
+    out = run_module("launch.train", *args, f"--workdir={wd}")
+    assert out.returncode == 0, tail(out)
+    rows = read_metrics(wd)
+    start = rows[0]["header"]["rl_start_success"]
+    final = [r for r in rows if "eval/success" in r][-1]
+    assert final["eval/n"] == 16
+    cfg = json.load(open(wd / "run_config.json"))
+    parts = run_parts(cfg, None)
+    random_init = heldout_figures(parts, init_params(parts.model, jax.random.key(0)), 0, False)["greedy"]
+    assert max(start, final["eval/success"]) >= random_init["eval/success"] + 0.25, (
+        random_init,
+        start,
+        final,
+    )
