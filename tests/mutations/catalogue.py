@@ -212,8 +212,8 @@ MUTATIONS = (
         "grpo_clip_ignored",
         "5 objectives: GRPO",
         "agentjax/objectives/registry.py",
-        "            clip_high=self.clip_high,\n            ref_logp=ref_logp,",
-        "            clip_high=0.2,\n            ref_logp=ref_logp,",
+        _call("grpo_loss", "self.clip_low", "self.clip_high"),
+        _call("grpo_loss", "0.2", "0.2"),
         (f"{_own}[grpo]",),
     ),
     Mutation(
