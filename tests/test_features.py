@@ -268,3 +268,37 @@ def test_gae_bootstraps_rows_the_system_cut_with_the_critic_value(tmp_path, monk
     _, with_boot = fn(state, batch, *rest)
     _, without = fn(state, {**batch, "bootstrap": jnp.zeros_like(batch["bootstrap"])}, *rest)
     assert float(with_boot["loss/total"]) != float(without["loss/total"])
+
+
+@pytest.mark.slow
+def test_group_fingerprints_drop_members_judged_in_another_environment(tmp_path, monkeypatch):
+    """``fingerprints.mode='group'`` in the loop: a member whose verdict carries another
+    environment fingerprint than its group's first (here every third verdict, as if its host ran
+    another image) trains with weight 0; ``record`` only counts them. Both runs see the same first
+    batch, so the first step's loss differs only by the drop."""
+    import dataclasses
+    import itertools
+
+    from agentjax.envs.minirepo import verifier
+
+    verify = verifier.verify
+
+    def drifting(seen):
+        def judged(task, submission):
+            v = verify(task, submission)
+            return (
+                dataclasses.replace(v, env_fingerprint=v.env_fingerprint + "|drift")
+                if next(seen) % 3 == 2
+                else v
+            )
+
+        return judged
+
+    monkeypatch.setattr(loopparts, "batch_rewards", _token_rewards)  # advantages != 0
+    rows = {}
+    for mode in ("record", "group"):
+        monkeypatch.setattr(verifier, "verify", drifting(itertools.count()))
+        _, rows[mode] = _train(_config("default", steps=1, fingerprints__mode=mode), tmp_path / mode)
+    rec, grp = rows["record"][0], rows["group"][0]
+    assert rec["fingerprints/distinct"] > 1 and rec["fingerprints/dropped"] == 0
+    assert grp["fingerprints/dropped"] > 0 and grp["loss/total"] != rec["loss/total"]

@@ -232,4 +232,12 @@ MUTATIONS = (
         'scale="none"',
         (f"{FT}::test_advantage_estimators_differ_on_the_same_first_batch",),
     ),
+    Mutation(
+        "fingerprint_drop_counted_not_applied",
+        "8 noise: env fingerprints (group mode)",
+        "agentjax/loopparts.py",
+        "            w, dropped = 0.0, dropped + 1\n",
+        "            w, dropped = w, dropped + 1\n",
+        (f"{FT}::test_group_fingerprints_drop_members_judged_in_another_environment",),
+    ),
 )
