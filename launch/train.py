@@ -16,7 +16,21 @@ import sys
 
 from absl import app, flags
 
-from launch import configflag
+
+def _cpu_only_host() -> None:
+    """A host with no TPU, GPU or ROCm device files can only run on the CPU; without this, JAX's
+    backend probe prints libtpu's failed initialisation on every run (the tpu extra is installed).
+    An explicit ``JAX_PLATFORMS`` wins. Runs before anything imports jax."""
+    import glob  # noqa: PLC0415
+
+    devices = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/kfd")
+    if "JAX_PLATFORMS" not in os.environ and not any(glob.glob(d) for d in devices):
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+_cpu_only_host()
+
+from launch import configflag  # noqa: E402
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "default.py")
 
