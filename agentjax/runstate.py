@@ -319,21 +319,28 @@ def _count(xs):
     return out
 
 
-def evaluate_heldout(r: RunState, params, version: int) -> dict:
-    p = r.parts
+def evaluate_policy(parts: Parts, sampler, params, version: int, exchange=None) -> dict:
+    """``params`` on the run's held-out tasks with ``sampler``, with the run's judges and episode
+    seeds: the training loop's own evaluation and ``launch.eval``'s both call it, so a checkpoint
+    evaluated offline reproduces the run's figure."""
     return evaluate(
-        r.greedy,
-        p.codec,
-        p.run.caps,
+        sampler,
+        parts.codec,
+        parts.run.caps,
         params,
         version,
-        p.heldout,
-        p.make_eval_env,
-        audit_fn=p.suite.audit_fn,
-        planted=p.suite.planted,
+        parts.heldout,
+        parts.make_eval_env,
+        audit_fn=parts.suite.audit_fn,
+        planted=parts.suite.planted,
         seed=EVAL_SEED,
-        exchange=r.worker.exchange,  # several processes: each evaluates its share
+        exchange=exchange,
     )
+
+
+def evaluate_heldout(r: RunState, params, version: int) -> dict:
+    # several processes: each evaluates its share
+    return evaluate_policy(r.parts, r.greedy, params, version, exchange=r.worker.exchange)
 
 
 def _dynamic_sampling(gate) -> dict:

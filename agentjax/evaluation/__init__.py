@@ -9,9 +9,10 @@ the very function the training loop calls.
 from __future__ import annotations
 
 from agentjax.evaluation.checkpoint import evaluate_checkpoint, evaluate_export, stored_config
-from agentjax.evaluation.common import EVAL_SEED, episode_metrics, run_parts, structured, table
+from agentjax.evaluation.common import episode_metrics, run_parts, structured, table
 from agentjax.evaluation.scripted import MINIREPO_AGENTS, evaluate_codefix, evaluate_minirepo_agent
 from agentjax.policy.config import ConfigError
+from agentjax.runstate import EVAL_SEED
 
 
 def run_eval(

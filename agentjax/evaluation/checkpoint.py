@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-from agentjax.evaluation.common import EVAL_SEED, run_parts, structured
+from agentjax.evaluation.common import run_parts, structured
 
 
 def heldout_figures(parts, params, step: int, sampled: bool) -> dict:
     """The run's own held-out evaluation (greedy, ``runstate.evaluate_heldout``'s seed and
     judges), and with ``sampled`` the same tasks sampled at ``rl.temperature``."""
-    from agentjax.diagnostics.evaluate import evaluate  # noqa: PLC0415
+    from agentjax.runstate import evaluate_policy  # noqa: PLC0415
     from agentjax.sampling.sampler import Sampler  # noqa: PLC0415
     from agentjax.sampling.transforms import Greedy, Temperature  # noqa: PLC0415
 
@@ -21,18 +21,7 @@ def heldout_figures(parts, params, step: int, sampled: bool) -> dict:
         modes["sampled"] = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
     for mode, transform in modes.items():
         sampler = Sampler(parts.model, transform=transform, stop_tokens=(parts.codec.stop,))
-        out[mode] = evaluate(
-            sampler,
-            parts.codec,
-            run.caps,
-            params,
-            step,
-            parts.heldout,
-            parts.make_eval_env,
-            audit_fn=parts.suite.audit_fn,
-            planted=parts.suite.planted,
-            seed=EVAL_SEED,
-        )
+        out[mode] = evaluate_policy(parts, sampler, params, step)
     return out
 
 

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 
 from agentjax.policy.config import ConfigError
 
-EVAL_SEED = 10_000  # the training loop's evaluation seed (agentjax.runstate.EVAL_SEED)
-
 
 def episode_metrics(
     labels: Sequence[str],
