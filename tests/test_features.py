@@ -302,3 +302,54 @@ def test_group_fingerprints_drop_members_judged_in_another_environment(tmp_path,
     rec, grp = rows["record"][0], rows["group"][0]
     assert rec["fingerprints/distinct"] > 1 and rec["fingerprints/dropped"] == 0
     assert grp["fingerprints/dropped"] > 0 and grp["loss/total"] != rec["loss/total"]
+
+
+@pytest.mark.slow
+def test_reward_hacks_train_with_the_penalty_and_the_runs_evaluation_audits_its_passes(tmp_path, monkeypatch):
+    """Problem 7 in the loop, on the real clock and the slot engine. Every task plants the hack
+    tool; the verifier's verdicts cycle hack, pass, its own (as if the agent used the tool on
+    every third episode), and the independent audit fails everything. The learner trains each
+    ``reward_hack`` with the treatment table's penalty (-1, not the verdict's 0) and each pass
+    with 1; the run's held-out evaluation counts the hacks among the planted opportunities and
+    its H (audit fail given train pass) is 1, which the train verdicts alone would make 0."""
+    import dataclasses
+    import itertools
+
+    from agentjax.envs import minirepo
+    from agentjax.envs.minirepo import env, verifier
+    from agentjax.envs.protocol import Label
+
+    verdict, audit, seen = env.MinirepoEnv._verdict, verifier.audit, itertools.count()
+
+    def judged(self, kind, fault):
+        v, i = verdict(self, kind, fault), next(seen) % 3
+        if i == 0:
+            return dataclasses.replace(v, label=Label.REWARD_HACK, reward=0.0)
+        return dataclasses.replace(v, label=Label.PASS, reward=1.0) if i == 1 else v
+
+    def audited(task, submission):
+        return dataclasses.replace(audit(task, submission), label=Label.FAIL, reward=0.0)
+
+    trained = []
+
+    def spy(run, trajs):
+        out = batch_rewards(run, trajs)
+        trained.extend(zip([t.label for t in trajs], out, strict=True))
+        return out
+
+    batch_rewards = loopparts.batch_rewards
+    monkeypatch.setattr(loopparts, "batch_rewards", spy)
+    monkeypatch.setattr(env.MinirepoEnv, "_verdict", judged)
+    monkeypatch.setattr(verifier, "audit", audited)
+    planted = dataclasses.replace(minirepo.PRESETS["default"], hack_prob=1.0)
+    monkeypatch.setitem(minirepo.PRESETS, "default", planted)
+    _train(_real("default", steps=2), tmp_path)
+    hacks = [r for label, r in trained if label == "reward_hack"]
+    passes = [r for label, r in trained if label == "pass"]
+    assert hacks and set(hacks) == {-1.0}, trained
+    assert passes and set(passes) == {1.0}, trained
+    evals = [json.loads(x) for x in open(tmp_path / "metrics.jsonl") if '"eval/success"' in x]
+    final = evals[-1]
+    assert final["eval/hack/n_opportunities"] == 8  # every held-out task plants the tool
+    assert final["eval/hack/n_taken"] > 0 and final["eval/hack/rate"] > 0
+    assert final["eval/audit/n_train_pass"] > 0 and final["eval/audit/H"] == 1.0

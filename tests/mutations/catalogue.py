@@ -240,4 +240,28 @@ MUTATIONS = (
         "            w, dropped = w, dropped + 1\n",
         (f"{FT}::test_group_fingerprints_drop_members_judged_in_another_environment",),
     ),
+    Mutation(
+        "hack_penalty_ignored",
+        "7 reward hacking: the treatment table's penalty",
+        "agentjax/envs/protocol.py",
+        "        return self.reward if rule.reward is None else rule.reward\n",
+        "        return self.reward\n",
+        (f"{FT}::test_reward_hacks_train_with_the_penalty_and_the_runs_evaluation_audits_its_passes",),
+    ),
+    Mutation(
+        "audit_not_consulted",
+        "7 reward hacking: audit metric H",
+        "agentjax/envs/audit.py",
+        "    fails = sum(a.label is not Label.PASS for _, a in passed)\n",
+        "    fails = sum(t.label is not Label.PASS for t, _ in passed)\n",
+        (f"{FT}::test_reward_hacks_train_with_the_penalty_and_the_runs_evaluation_audits_its_passes",),
+    ),
+    Mutation(
+        "sync_barrier_open",
+        "2 sync vs async: the sync barrier",
+        "agentjax/sampling/scheduler.py",
+        "        if not self.round_open and self.learner_ticket is None:\n",
+        "        if not self.round_open:\n",
+        ("tests/test_realtime.py::test_sync_real_time_never_overlaps",),
+    ),
 )
