@@ -343,7 +343,10 @@ def test_reward_hacks_train_with_the_penalty_and_the_runs_evaluation_audits_its_
     monkeypatch.setattr(verifier, "audit", audited)
     planted = dataclasses.replace(minirepo.PRESETS["default"], hack_prob=1.0)
     monkeypatch.setitem(minirepo.PRESETS, "default", planted)
-    _train(_real("default", steps=2), tmp_path)
+    try:
+        _train(_real("default", steps=2), tmp_path)
+    finally:  # generated tasks are cached by difficulty, and the planted preset's label is "default"
+        minirepo.tasks.generate.cache_clear()
     hacks = [r for label, r in trained if label == "reward_hack"]
     passes = [r for label, r in trained if label == "pass"]
     assert hacks and set(hacks) == {-1.0}, trained

@@ -144,12 +144,12 @@ def test_agent_built_deep_tree_never_wedges_the_env():
 
 _SWARM = """import os, time
 cpu = min(os.sched_getaffinity(0))
-for _ in range(30):
+for _ in range(40):
     if os.fork() == 0:
         os.sched_setaffinity(0, {cpu})
-        while True:  # every task wakes at the same instant and spins 1.5 ms on one CPU
+        while True:  # every task wakes at the same instant and spins 2 ms on one CPU
             time.sleep(0.1 - time.time() % 0.1)
-            end = time.thread_time() + 0.0015
+            end = time.thread_time() + 0.002
             while time.thread_time() < end:
                 pass
 time.sleep(3600)
