@@ -24,3 +24,49 @@ def write_pick_dataset(path, words=("red", "green", "blue", "amber", "teal", "pl
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     return len(rows)
+
+
+COLOURS = {
+    "apple": "red",
+    "grass": "green",
+    "sky": "blue",
+    "plum": "purple",
+    "snow": "white",
+    "coal": "black",
+    "lemon": "yellow",
+    "carrot": "orange",
+}
+
+
+def lookup(key: str) -> str:
+    """The colour of a thing (one word)."""
+    if key not in COLOURS:
+        raise ValueError(f"no colour for {key!r}; known: {sorted(COLOURS)}")
+    return COLOURS[key]
+
+
+def table_tool(record: dict, name: str, arguments: dict) -> str:
+    """The handler of tool schemas (``task.kwargs.tools``): looks ``key`` up in the record's
+    own ``table``."""
+    table = record["table"]
+    if arguments.get("key") not in table:
+        raise ValueError(f"no entry {arguments.get('key')!r}")
+    return table[arguments["key"]]
+
+
+def write_lookup_dataset(path, repeats: int = 4) -> int:
+    """A tool-use dataset: ``colour of <thing>`` is answered by calling ``lookup <thing>`` and
+    repeating its result; the warm start imitates the call (``calls``) and the answer."""
+    rows = [
+        {
+            "prompt": f"colour of {thing}",
+            "tools": ["examples.dataset_verifiers:lookup"],
+            "calls": [f"lookup {thing}"],
+            "answer": colour,
+        }
+        for _ in range(repeats)
+        for thing, colour in COLOURS.items()
+    ]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return len(rows)

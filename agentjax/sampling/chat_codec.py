@@ -11,7 +11,10 @@ evaluation are unchanged:
 
 so the loss mask covers exactly the tokens the policy generated, and a turn stops on the
 template's end-of-turn token. ``action_text`` parses the reply's tool call
-(:mod:`agentjax.envs.toolcalls`); a malformed call raises ``ToolCallError`` (agent_error).
+(:mod:`agentjax.envs.toolcalls`); a malformed call raises ``ToolCallError`` (agent_error). With
+``raw_replies`` (a task whose environment parses replies itself, ``parses_replies``: the dataset
+task, where a reply without a call is the answer) the reply text goes to the environment as it
+is, and a demonstration's action is the reply text the task wrote in the format.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class ChatCodec:
     tools: tuple = ()  # OpenAI-style function schemas, given to the template
     tool_format: toolcalls.ToolFormat = toolcalls.ToolFormat.HERMES
     system: str = ""
+    raw_replies: bool = False  # the environment parses the reply (see the module docstring)
 
     def __post_init__(self):
         object.__setattr__(self, "tool_format", toolcalls.ToolFormat.parse("tool_format", self.tool_format))
@@ -62,9 +66,9 @@ class ChatCodec:
         """The plain-format tool call in the generated reply (raises ``ToolCallError``)."""
         ids = [int(i) for i in ids if int(i) != self.stop]
         text = self.tokenizer.decode(ids, skip_specials=False)
-        return toolcalls.parse(text, self.tool_format, self.tools)
+        return text if self.raw_replies else toolcalls.parse(text, self.tool_format, self.tools)
 
     def action_ids(self, plain: str) -> list[int]:
         """A plain-format action as generated tokens (demonstrations), end-of-turn included."""
-        reply = toolcalls.render(plain, self.tool_format, self.tools)
+        reply = plain if self.raw_replies else toolcalls.render(plain, self.tool_format, self.tools)
         return [*self.tokenizer.encode(reply), self.stop]

@@ -106,6 +106,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         tools=tuple(suite.tools),
         system=suite.system,
         tool_format=model.tool_format,
+        raw_replies=bool(getattr(suite, "parses_replies", False)),
     )
     return Policy(config, tok, codec, str(path))
 
