@@ -1,17 +1,20 @@
-"""A dataset task: prompts from a JSONL file, a user's verifier named by import path.
+"""A dataset task: prompts from a JSONL file or a grain source, a user's verifier by import path.
 
     python -m launch.train --config.task.name=dataset --config.task.kwargs.path=data.jsonl \\
         --config.task.kwargs.verifier=my_pkg.checks:exact_answer
 
-Each line of ``path`` is a JSON object with at least ``prompt`` (a string); its other fields reach
-the verifier untouched (``answer``, test cases, ...). The prompt is the first observation; the
-model's final reply is judged by ``verifier(record, reply) -> float | bool`` (reward in [0, 1]; 1
-or True is ``pass``, anything lower ``fail`` with that partial credit). A reply that is empty is
-``agent_error``; a verifier that raises is ``infra_fault`` (masked and retried, never a zero the
-agent did not earn), as the built-ins attribute faults. The held-out split is the last
-``task.eval_tasks`` lines (or every line of ``heldout_path``), never trained on. With an
+The records come from ``path`` (JSONL, or ``*.array_record``: an ArrayRecord file read through
+``grain.sources.ArrayRecordDataSource``) or ``source=package.module:factory`` (any grain
+``RandomAccessDataSource``, or a factory of one; :mod:`agentjax.tasks.records`). Each record is a
+JSON object with at least ``prompt`` (a string); its other fields reach the verifier untouched
+(``answer``, test cases, ...). The prompt is the first observation; the model's final reply is
+judged by ``verifier(record, reply) -> float | bool`` (reward in [0, 1]; 1 or True is ``pass``,
+anything lower ``fail`` with that partial credit). A reply that is empty is ``agent_error``; a
+verifier that raises is ``infra_fault`` (masked and retried, never a zero the agent did not
+earn), as the built-ins attribute faults. The held-out split is the last ``task.eval_tasks``
+records (or every record of ``heldout_path`` / ``heldout_source``), never trained on. With an
 ``answer`` field, the warm start imitates it (``prompt -> answer``); without one, set
-``warm_start.steps=0``. With the built-in model the word vocabulary is every word of the file(s)'
+``warm_start.steps=0``. With the built-in model the word vocabulary is every word of the records'
 string and number fields, and the tools' names.
 
 **Multi-turn, with tool calls.** A record may declare ``tools``: import paths of Python functions
@@ -35,16 +38,14 @@ are written in the run's tool-call format. ``examples/dataset_verifiers.py`` has
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
-from pathlib import Path
 
 from agentjax import importpath
 from agentjax.envs import toolcalls
 from agentjax.envs.protocol import Label, StepResult, ToolCallError, Verdict
 from agentjax.policy.config import ConfigError
 from agentjax.sampling.worker import GroupTask
-from agentjax.tasks import datasettools
+from agentjax.tasks import datasettools, records
 from agentjax.tasks.protocol import Demo
 
 VERIFIER_VERSION = "dataset-1"
@@ -58,24 +59,6 @@ class Item:
     index: int
     task_id: str
     task_class: str = "dataset"
-
-
-def read_jsonl(path: str, field: str) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{field}={path!r} is not a file (a JSONL dataset: one JSON object a line)")
-    out = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise ConfigError(f"{field}={path!r}: line {n} is not JSON ({e})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-            raise ConfigError(f"{field}={path!r}: line {n} has no string 'prompt'")
-        out.append(rec)
-    return out
 
 
 class DatasetEnv:
@@ -148,35 +131,38 @@ class DatasetSuite:
         heldout_path: str = "",
         tools: str = "",
         max_turns: int | None = None,
+        source: str = "",
+        heldout_source: str = "",
     ):
-        if not path or not verifier:
+        if not (path or source) or not verifier:
             raise ConfigError(
-                "task.name='dataset' needs task.kwargs.path (a JSONL file) and task.kwargs.verifier "
-                "('package.module:function', verifier(record, reply) -> reward)"
+                "task.name='dataset' needs task.kwargs.path (a JSONL or ArrayRecord file) or "
+                "task.kwargs.source (a grain data source, 'package.module:factory'), and "
+                "task.kwargs.verifier ('package.module:function', verifier(record, reply) -> reward)"
             )
         self.verifier = _function(verifier, "task.kwargs.verifier")
         handler = _function(tools, "task.kwargs.tools") if tools else None
-        train = read_jsonl(path, "task.kwargs.path")
-        if heldout_path:
-            held = read_jsonl(heldout_path, "task.kwargs.heldout_path")
+        train = records.read(path, source, "task.kwargs.path")
+        if heldout_path or heldout_source:
+            held = records.read(heldout_path, heldout_source, "task.kwargs.heldout_path")
         else:
             k = run.task.eval_tasks
             if not 1 <= k < len(train):
                 raise ConfigError(
-                    f"task.eval_tasks={k} is invalid for {path}: 1..{len(train) - 1} "
-                    f"(held out from its {len(train)} lines)"
+                    f"task.eval_tasks={k} is invalid for {path or source}: 1..{len(train) - 1} "
+                    f"(held out from its {len(train)} records)"
                 )
             train, held = train[:-k], train[-k:]
         self.records = {"train": train, "heldout": held}
         self.toolbox: dict = {}
         self.names = {
-            "train": datasettools.load_tools(train, handler, "task.kwargs.path", self.toolbox),
+            "train": datasettools.load_tools(train, handler, _held_field("", "", path), self.toolbox),
             "heldout": datasettools.load_tools(
                 held,
                 handler,
-                "task.kwargs.heldout_path" if heldout_path else "task.kwargs.path",
+                _held_field(heldout_path, heldout_source, path),
                 self.toolbox,
-                first=1 if heldout_path else len(train) + 1,
+                first=1 if heldout_path or heldout_source else len(train) + 1,
             ),
         }
         self.tools = tuple(t.schema for t in self.toolbox.values())
@@ -239,6 +225,12 @@ class DatasetSuite:
             pairs.append((obs, toolcalls.render(plain, self.fmt, schemas)))
             obs = datasettools.result_text(self.toolbox[name].call(rec, args))
         return [*pairs, (obs, str(rec["answer"]))]
+
+
+def _held_field(heldout_path: str, heldout_source: str, path: str) -> str:
+    if heldout_path or heldout_source:
+        return "task.kwargs.heldout_path" if heldout_path else "task.kwargs.heldout_source"
+    return "task.kwargs.path" if path else "task.kwargs.source"
 
 
 def _function(path: str, field: str):
