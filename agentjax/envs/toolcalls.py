@@ -14,9 +14,14 @@ A model's reply may hold ``<think>...</think>`` blocks (never parsed) and then e
 
 - **pythonic** (Llama 3.2 / Llama 4 style): ``[write(path="pkg/core.py", body="...")]``
 
-- **mistral** (Mistral v0.3 / Nemo templates; text before it is allowed)::
+- **mistral** (Mistral v0.3 / Nemo templates; text before it is allowed; the call's 9-character
+  ``id`` is written in demonstrations and carried by the tool message)::
 
-      [TOOL_CALLS] [{"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}}]
+      [TOOL_CALLS] [{"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}, "id": "..."}]
+
+- **mistral_args** (Mistral Small 3.x, Magistral, Devstral templates)::
+
+      [TOOL_CALLS]write[ARGS]{"path": "pkg/core.py", "body": "..."}
 
 - **plain** (the environment protocol's own format, :mod:`agentjax.envs.protocol`)::
 
@@ -47,7 +52,8 @@ class ToolFormat(Choice):
     HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
     LLAMA3_JSON = "llama3_json"  # {"name": ..., "parameters": {...}}
     PYTHONIC = "pythonic"  # [name(arg="...", ...)]
-    MISTRAL = "mistral"  # [TOOL_CALLS] [{"name": ..., "arguments": {...}}]
+    MISTRAL = "mistral"  # [TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}] (v0.3)
+    MISTRAL_ARGS = "mistral_args"  # [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Magistral)
 
 
 FORMATS = tuple(ToolFormat.values())
@@ -147,6 +153,7 @@ _OPENS = {  # how a reply in each format starts a tool call (after its <think> b
     "llama3_json": lambda r: r.lstrip().startswith(("{", "<|python_tag|>")),
     "pythonic": lambda r: r.lstrip().startswith("["),
     "mistral": lambda r: "[TOOL_CALLS]" in r,
+    "mistral_args": lambda r: "[TOOL_CALLS]" in r,
 }
 
 

@@ -7,7 +7,8 @@ evaluation are unchanged:
     prompt       = template.prompt(first observation, system, tools)        (loss mask 0)
     action       = generated tokens ... <end-of-turn>                         (loss mask 1)
     observation  = template.observation(tool output): the rest of the assistant message, the
-                   tool message and the next generation prompt                (loss mask 0)
+                   tool message (with the id of the reply's call, for Mistral's formats) and
+                   the next generation prompt                                 (loss mask 0)
 
 so the loss mask covers exactly the tokens the policy generated, and a turn stops on the
 template's end-of-turn token. ``action_text`` parses the reply's tool call
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from agentjax.envs import toolcalls
+from agentjax.envs import toolcalls, toolformats
 from agentjax.policy.chat import ChatTemplate
 from agentjax.policy.tokenizer import HFTokenizer
 
@@ -59,8 +60,13 @@ class ChatCodec:
             self.template.prompt(text, system=self.system, tools=list(self.tools) or None)
         )
 
-    def observation(self, text: str) -> list[int]:
-        return self.tokenizer.encode(self.template.observation(text))
+    def observation(self, text: str, after: Sequence[int] = ()) -> list[int]:
+        """The tool message ``text`` answering the reply ``after`` (its generated ids): a format
+        whose tool messages carry the call's id (Mistral's) gets the id of that reply's call."""
+        if self.tool_format not in toolformats.CALL_IDS:
+            return self.tokenizer.encode(self.template.observation(text))
+        reply = self.tokenizer.decode([int(i) for i in after if int(i) != self.stop], skip_specials=False)
+        return self.tokenizer.encode(self.template.observation(text, toolformats.call_id(reply)))
 
     def action_text(self, ids: Sequence[int]) -> str:
         """The plain-format tool call in the generated reply (raises ``ToolCallError``)."""
