@@ -81,7 +81,8 @@ def define_config(name: str, default: str, help_string: str, *, flag_values=None
     """``config_flags.DEFINE_config_file`` whose loaded config is :func:`complete`, open to new
     keys (``--config.loss.kwargs.beta=0.1``)."""
     flag_values = flags.FLAGS if flag_values is None else flag_values
-    flag = config_flags._ConfigFlag(  # noqa: SLF001 - DEFINE_config_file takes no parser
+    # private on purpose: DEFINE_config_file hard-codes its parser and parses the default inside the call
+    flag = config_flags._ConfigFlag(  # noqa: SLF001
         parser=_Parser(name=name, lock_config=False),
         serializer=flags.ArgumentSerializer(),
         name=name,

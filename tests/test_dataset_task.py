@@ -8,7 +8,7 @@ import pytest
 from agentjax import runconfig, tasks
 from agentjax.envs.protocol import Label
 from agentjax.policy.config import ConfigError
-from agentjax.tasks.dataset import DatasetEnv, Item
+from agentjax.tasks.dataset import VERIFIER_VERSION, DatasetEnv, Item
 from configs import smoke
 from examples.dataset_verifiers import write_pick_dataset
 from tests.runs import read_metrics, run_module, tail
@@ -106,3 +106,49 @@ def test_a_jsonl_dataset_learns_from_a_random_init(tmp_path):
         start,
         final,
     )
+
+
+def test_a_multi_turn_dataset_calls_its_tool_reads_the_result_and_is_verified(tmp_path):
+    """Records declaring a tool (``lookup``, by import path): the trained policy's episodes call
+    it, the tool's result is the next observation the model reads, and the reply after it is the
+    answer the verifier judges (journaled with the calls made)."""
+    import collections
+
+    from agentjax.evaluation.common import run_parts
+    from agentjax.learner.journal import Journal
+    from examples.dataset_verifiers import COLOURS, write_lookup_dataset
+
+    path = tmp_path / "lookup.jsonl"
+    write_lookup_dataset(path)
+    wd = tmp_path / "run"
+    args = [
+        "--config=configs/smoke.py",
+        "--config.task.name=dataset",
+        f"--config.task.kwargs.path={path}",
+        f"--config.task.kwargs.verifier={VERIFIER}",
+        "--config.task.kwargs.max_turns=3",
+        "--config.task.eval_tasks=8",
+        "--config.warm_start.steps=200",
+        "--config.rl.steps=2",
+        "--config.rl.eval_every=2",
+        "--config.checkpoint_every=0",
+        "--config.report=False",
+    ]
+    out = run_module("launch.train", *args, f"--workdir={wd}")
+    assert out.returncode == 0, tail(out)
+    tok = run_parts(json.load(open(wd / "run_config.json")), None).codec.tokenizer
+    trajs = Journal(wd / "journal.bin").read()
+    called = [t for t in trajs if t.reward_evidence.get("tool_calls")]
+    assert len(called) >= len(trajs) // 2, collections.Counter(t.label for t in trajs)
+    for t in called:
+        calls = t.reward_evidence["tool_calls"]  # the calls that ran, each turn's result read next
+        assert len(t.turns) == len(calls) + 1, (calls, len(t.turns))
+        for turn, call in zip(t.turns, calls, strict=False):
+            name, thing = call.split()
+            assert name == "lookup" and tok.decode(turn.observation, skip_specials=True) == COLOURS[thing]
+        assert t.verifier_version == VERIFIER_VERSION  # the episode ended on the env's verdict
+    judged = [t for t in called if "reply" in t.reward_evidence]  # the answer, verified
+    assert len(judged) >= len(called) // 2 and all(t.label in ("pass", "fail") for t in judged)
+    assert any(t.label == "pass" for t in judged), collections.Counter(t.label for t in called)
+    final = [r for r in read_metrics(wd) if "eval/success" in r][-1]
+    assert final["eval/success"] > 0, final

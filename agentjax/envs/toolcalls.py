@@ -14,9 +14,14 @@ A model's reply may hold ``<think>...</think>`` blocks (never parsed) and then e
 
 - **pythonic** (Llama 3.2 / Llama 4 style): ``[write(path="pkg/core.py", body="...")]``
 
-- **mistral** (Mistral v0.3 / Nemo templates; text before it is allowed)::
+- **mistral** (Mistral v0.3 / Nemo templates; text before it is allowed; the call's 9-character
+  ``id`` is written in demonstrations and carried by the tool message)::
 
-      [TOOL_CALLS] [{"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}}]
+      [TOOL_CALLS] [{"name": "write", "arguments": {"path": "pkg/core.py", "body": "..."}, "id": "..."}]
+
+- **mistral_args** (Mistral Small 3.x, Magistral, Devstral templates)::
+
+      [TOOL_CALLS]write[ARGS]{"path": "pkg/core.py", "body": "..."}
 
 - **plain** (the environment protocol's own format, :mod:`agentjax.envs.protocol`)::
 
@@ -47,7 +52,8 @@ class ToolFormat(Choice):
     HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
     LLAMA3_JSON = "llama3_json"  # {"name": ..., "parameters": {...}}
     PYTHONIC = "pythonic"  # [name(arg="...", ...)]
-    MISTRAL = "mistral"  # [TOOL_CALLS] [{"name": ..., "arguments": {...}}]
+    MISTRAL = "mistral"  # [TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}] (v0.3)
+    MISTRAL_ARGS = "mistral_args"  # [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Magistral)
 
 
 FORMATS = tuple(ToolFormat.values())
@@ -142,10 +148,27 @@ def parse(text: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
     return _to_plain(call, _by_name(tools))
 
 
-def render(plain: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
-    """A plain-format action as the reply a model would write in ``fmt`` (for demonstrations)."""
+_OPENS = {  # how a reply in each format starts a tool call (after its <think> blocks)
+    "hermes": lambda r: "<tool_call>" in r,
+    "llama3_json": lambda r: r.lstrip().startswith(("{", "<|python_tag|>")),
+    "pythonic": lambda r: r.lstrip().startswith("["),
+    "mistral": lambda r: "[TOOL_CALLS]" in r,
+    "mistral_args": lambda r: "[TOOL_CALLS]" in r,
+}
+
+
+def has_call(text: str, fmt: str, tools: Sequence[Mapping] = ()) -> bool:
+    """Whether a reply opens a tool call in ``fmt`` (well formed or not: :func:`parse` judges
+    that); a reply that does not is a final answer. In the plain format, a call is a reply whose
+    first word names one of ``tools``."""
+    reply = strip_think(text)
     if fmt == "plain":
-        return plain
+        words = reply.split()
+        return bool(words) and words[0] in _by_name(tools)
+    return _OPENS[fmt](reply)
+
+
+def _named(plain: str, tools: Sequence[Mapping]) -> tuple[str, dict[str, str], Mapping]:
     call = parse_tool_call(plain)
     spec = _by_name(tools).get(call.name)
     if spec is None:
@@ -153,14 +176,32 @@ def render(plain: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
     names = [k for k in spec.get("parameters", {}).get("properties", {}) if k != BODY]
     if call.args and not names:
         raise ToolCallError(f"tool {call.name!r} takes no arguments; got {list(call.args)}")
-    if len(call.args) > len(names):  # extra words belong to the last positional argument
-        call = call.__class__(
-            call.name, (*call.args[: len(names) - 1], " ".join(call.args[len(names) - 1 :])), call.body
-        )
-    args = dict(zip(names, call.args, strict=False))
+    words = call.args
+    if len(words) > len(names):  # extra words belong to the last positional argument
+        words = (*words[: len(names) - 1], " ".join(words[len(names) - 1 :]))
+    args = dict(zip(names, words, strict=False))
     if call.body:
         args[BODY] = call.body
+    return call.name, args, spec
+
+
+def arguments(plain: str, tools: Sequence[Mapping]) -> tuple[str, dict[str, str]]:
+    """A plain-format call as ``(name, {argument: value})`` through its tool's schema (the
+    inverse of :func:`parse`'s mapping; extra words belong to the last positional argument).
+    An unknown tool, or a required argument left out, raises :class:`ToolCallError`."""
+    name, args, spec = _named(plain, tools)
+    missing = [k for k in spec.get("parameters", {}).get("required", []) if k not in args]
+    if missing:
+        raise ToolCallError(f"tool {name!r}: missing required arguments {missing}")
+    return name, args
+
+
+def render(plain: str, fmt: str, tools: Sequence[Mapping] = ()) -> str:
+    """A plain-format action as the reply a model would write in ``fmt`` (for demonstrations)."""
+    if fmt == "plain":
+        return plain
+    name, args, _ = _named(plain, tools)
     if fmt in toolformats.TEMPLATES:
-        return toolformats.render_call(call.name, args, fmt)
-    obj = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+        return toolformats.render_call(name, args, fmt)
+    obj = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
     return f"<tool_call>\n{obj}\n</tool_call>"

@@ -1,17 +1,27 @@
 """Llama-3 JSON, pythonic and Mistral tool calls, parsed by transformers' response parser.
 
 transformers (>= 5) parses a model's reply with a declarative *response template*
-(``transformers.utils.chat_parsing.parse_response``: anchors, and content parsers ``json`` and
-``python-call-list``, the grammar of ``docs/source/en/chat_response_parsing.md``). This module
-holds one template per format and renders calls the way the formats' chat templates write an
-assistant's ``tool_calls`` (``{"name": ..., "parameters": ...}`` in Llama 3.1's,
-``[name(k="v")]`` in the pythonic ones, ``[TOOL_CALLS] [{...}]`` in Mistral v0.3's). Only the
-import of transformers is deferred: it is the optional ``hf`` extra, needed by these formats only.
+(``transformers.utils.chat_parsing.parse_response``: anchors, content parsers ``json`` and
+``python-call-list``, named captures of an anchor pattern put together by a ``transform``; the
+grammar of ``docs/source/en/chat_response_parsing.md``). This module holds one template per
+format and renders calls the way the formats' chat templates write an assistant's
+``tool_calls``: ``{"name": ..., "parameters": ...}`` in Llama 3.1's, ``[name(k="v")]`` in the
+pythonic ones, ``[TOOL_CALLS] [{"name": ..., "arguments": ..., "id": "<9 chars>"}]`` in Mistral
+v0.3's (``mistral``), ``[TOOL_CALLS]name[ARGS]{...}`` in the newer Mistral templates (Mistral
+Small 3.x, Magistral, Devstral: ``mistral_args``; an optional ``[CALL_ID]id`` before ``[ARGS]``
+is read too). Mistral v0.3's template refuses a tool message without the 9-character
+alphanumeric id of the call it answers: :func:`call_id` is the id of a reply's call (its own, or
+one derived from the reply when it wrote none), which the chat codec gives the tool message.
+Only the import of transformers is deferred: it is the optional ``hf`` extra, needed by these
+formats only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import string
 from collections.abc import Mapping
 
 from agentjax.envs.protocol import ToolCallError
@@ -42,11 +52,27 @@ TEMPLATES = {
         "start_anchor": "[/INST]",
         "fields": {"tool_calls": {"open": "[TOOL_CALLS]", "content": "json"}, "content": _TEXT},
     },
+    "mistral_args": {
+        "start_anchor": "[/INST]",
+        "fields": {
+            "tool_calls": {
+                "open_pattern": r"\[TOOL_CALLS\](?P<name>[^\[\]]+?)(?:\[CALL_ID\][A-Za-z0-9]+)?\[ARGS\]",
+                "content": "json",
+                "repeats": True,
+                "transform": {"name": "{name}", "arguments": "{content}"},
+            },
+            "content": _TEXT,
+        },
+    },
 }
+CALL_IDS = ("mistral", "mistral_args")  # formats whose tool messages carry the call's id
+_ID = re.compile(r'"id"\s*:\s*"([A-Za-z0-9]{9})"|\[CALL_ID\]([A-Za-z0-9]{9})')
+_ALNUM = string.ascii_letters + string.digits
 EXPECTED = {
     "llama3_json": '{"name": ..., "parameters": {...}}',
     "pythonic": '[name(arg="...")]',
     "mistral": '[TOOL_CALLS] [{"name": ..., "arguments": {...}}]',
+    "mistral_args": "[TOOL_CALLS]name[ARGS]{...}",
 }
 
 
@@ -80,7 +106,7 @@ def parse_call(reply: str, fmt: str) -> dict:
         raise ToolCallError(f"no {fmt} tool call in the reply; expected {EXPECTED[fmt]}")
     if len(calls) > 1:
         raise ToolCallError(f"{len(calls)} tool calls in one reply; one call per turn")
-    if fmt != "mistral" and str(msg.get("content") or "").strip():
+    if fmt not in CALL_IDS and str(msg.get("content") or "").strip():
         raise ToolCallError(f"text beside the {fmt} tool call: {str(msg['content']).strip()!r:.80}")
     call = calls[0]
     if not isinstance(call, dict):
@@ -97,4 +123,20 @@ def render_call(name: str, args: Mapping[str, str], fmt: str) -> str:
         return dumps({"name": name, "parameters": dict(args)})
     if fmt == "pythonic":
         return "[" + name + "(" + ", ".join(f"{k}={dumps(v)}" for k, v in args.items()) + ")]"
-    return "[TOOL_CALLS] " + dumps([{"name": name, "arguments": dict(args)}])
+    if fmt == "mistral_args":
+        return "[TOOL_CALLS]" + name + "[ARGS]" + dumps(dict(args))
+    call = {"name": name, "arguments": dict(args)}
+    return "[TOOL_CALLS] " + dumps([{**call, "id": _derived_id(dumps(call))}])
+
+
+def _derived_id(text: str) -> str:
+    """9 alphanumeric characters from ``text`` (deterministic: a run is a function of its seed)."""
+    n = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    return "".join(_ALNUM[(n // len(_ALNUM) ** k) % len(_ALNUM)] for k in range(9))
+
+
+def call_id(reply: str) -> str:
+    """The id of the call in ``reply``, as a Mistral tool message carries it: the 9-character id
+    the reply wrote (``"id": "..."`` or ``[CALL_ID]...``), else one derived from the reply."""
+    m = _ID.search(reply)
+    return (m.group(1) or m.group(2)) if m else _derived_id(reply)

@@ -27,9 +27,9 @@ def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, lengt
     pos = np.full((n, length), length, np.int32)
     mask = np.zeros((n, length), np.float32)
     for i, pairs in enumerate(episodes):
-        ids, m = [], []
+        ids, m, a = [], [], []
         for t, (obs, act) in enumerate(pairs):
-            o = codec.prompt(obs) if t == 0 else codec.observation(obs)
+            o = codec.prompt(obs) if t == 0 else codec.observation(obs, after=a)  # answers action a
             a = codec.action_ids(act)
             ids += o + a
             m += [0] * len(o) + [1] * len(a)

@@ -25,6 +25,7 @@ from agentjax.policy.hf import HFImportError
 from agentjax.policy.tokenizer import HFTokenizer
 
 _MARK_A, _MARK_T, _MARK_U = "\x00ASSISTANT\x00", "\x00TOOL\x00", "\x00USER\x00"
+PROBE_ID = "a0b1c2d3e"  # a tool message's call id where none is known (9 alphanumerics: Mistral's)
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -74,14 +75,15 @@ class ChatTemplate:
             [*msgs, {"role": "user", "content": text}], tools=tools, add_generation_prompt=True
         )
 
-    def observation(self, text: str) -> str:
-        """What follows the end-of-turn token of an assistant turn for a tool message ``text``:
-        the tool message and the next generation prompt."""
+    def observation(self, text: str, call_id: str = PROBE_ID) -> str:
+        """What follows the end-of-turn token of an assistant turn for a tool message ``text``
+        answering call ``call_id`` (templates such as Mistral v0.3's require one; the others
+        ignore it): the tool message and the next generation prompt."""
         full = self.render(
             [
                 {"role": "user", "content": _MARK_U},
                 {"role": "assistant", "content": _MARK_A},
-                {"role": "tool", "content": text},
+                {"role": "tool", "content": text, "tool_call_id": call_id},
             ],
             add_generation_prompt=True,
         )
@@ -91,7 +93,8 @@ class ChatTemplate:
         """Finds the end-of-turn token and checks that tool messages render."""
         base = [{"role": "user", "content": _MARK_U}, {"role": "assistant", "content": _MARK_A}]
         try:
-            full = self.render([*base, {"role": "tool", "content": _MARK_T}], add_generation_prompt=True)
+            tool = {"role": "tool", "content": _MARK_T, "tool_call_id": PROBE_ID}
+            full = self.render([*base, tool], add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001 - raise_exception or any rendering error
             raise HFImportError(
                 f"{self.origin}: the chat template cannot render tool messages "

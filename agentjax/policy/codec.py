@@ -26,7 +26,9 @@ class Codec:
     def prompt(self, text: str) -> list[int]:
         return [self.tokenizer.bos_id, *self.tokenizer.encode(text), self.tokenizer.specials[TURN_AGENT]]
 
-    def observation(self, text: str) -> list[int]:
+    def observation(self, text: str, after: Sequence[int] = ()) -> list[int]:
+        """The environment's answer ``text`` to the action ``after`` (unused here; a chat codec
+        may need it: :class:`agentjax.sampling.chat_codec.ChatCodec`)."""
         sp = self.tokenizer.specials
         return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
 

@@ -357,7 +357,7 @@ class Rollout:
             r.done = True
             r.stop = StopReason(res.stop_reason or "finished") if res.done else StopReason.TASK_CAP
             return []
-        obs = self._cut(r, self.codec.observation(res.observation))
+        obs = self._cut(r, self.codec.observation(res.observation, after=r.gen["tok"]))
         self._close_turn(i, obs)
         return obs
 

@@ -4,9 +4,9 @@
 ``tokenizer.json``, ``tokenizer_config.json`` with a chat template) gives the architecture, the
 weights, the tokenizer and the chat template; the run config gives only the fields of
 :class:`HFModel` (dtype, ``max_seq_len``, kernel choices, and ``tool_format``: how the model
-writes tool calls: ``hermes``, ``llama3_json``, ``pythonic``, ``mistral`` or ``plain``). Without
-it, the ``model`` section is a :class:`~agentjax.policy.config.ModelConfig` and the task's
-vocabulary (minirepo's word tokenizer) sets its ``vocab_size``.
+writes tool calls: ``hermes``, ``llama3_json``, ``pythonic``, ``mistral``, ``mistral_args`` or
+``plain``). Without it, the ``model`` section is a :class:`~agentjax.policy.config.ModelConfig`
+and the task's vocabulary (minirepo's word tokenizer) sets its ``vocab_size``.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         tools=tuple(suite.tools),
         system=suite.system,
         tool_format=model.tool_format,
+        raw_replies=bool(getattr(suite, "parses_replies", False)),
     )
     return Policy(config, tok, codec, str(path))
 

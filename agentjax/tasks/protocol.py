@@ -13,7 +13,9 @@ The minimal task a user writes (``task.name=my_pkg.my_task:make_suite``; ``examp
 
 Optional members, with the defaults :func:`checked` gives an absent one: ``demonstrations(n,
 seed)`` (needed only with ``warm_start.steps > 0``), ``baseline()`` (a scripted agent's held-out
-success; nan), ``tools`` (() ), ``system`` (""), ``audit_fn`` and ``planted`` (None), and
+success; nan), ``tools`` (() ), ``system`` (""), ``audit_fn`` and ``planted`` (None),
+``parses_replies`` (False; True: a HF chat codec hands the environment the reply text as it is,
+and takes demonstrations' actions as reply text, instead of parsing/rendering tool calls), and
 ``record_types``: the dataclasses a task object is made of, allowed into the journal and the
 checkpoint's scheduler snapshot (:func:`agentjax.tagjson.allow`; ``()``: none stored there).
 """
@@ -57,7 +59,14 @@ class TaskSuite(Protocol):
 
 
 REQUIRED = ("heldout", "train_item", "make_env", "vocabulary")
-OPTIONAL = {"tools": (), "system": "", "audit_fn": None, "planted": None, "record_types": ()}
+OPTIONAL = {
+    "tools": (),
+    "system": "",
+    "audit_fn": None,
+    "planted": None,
+    "record_types": (),
+    "parses_replies": False,
+}
 
 
 class _Completed:

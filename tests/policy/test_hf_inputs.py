@@ -184,7 +184,7 @@ def test_hf_configs_parse_and_name_a_missing_directory(tiny_hf_dir):
     with pytest.raises(
         ConfigError,
         match=r"model.tool_format='xml' is invalid; allowed values: "
-        r"\['plain', 'hermes', 'llama3_json', 'pythonic', 'mistral'\]",
+        r"\['plain', 'hermes', 'llama3_json', 'pythonic', 'mistral', 'mistral_args'\]",
     ):
         runconfig.parse(c)
 

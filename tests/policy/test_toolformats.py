@@ -4,7 +4,7 @@
 For each format a tiny byte-level BPE tokenizer is built here with the format's special tokens and
 a chat template whose assistant ``tool_calls`` and tool messages are written as the real
 templates write them (Llama 3.1 for llama3_json, vLLM's Llama 3.2 pythonic template for pythonic,
-Mistral v0.3 without its 9-character call ids for mistral). Checked: the template's rendering of
+Mistral v0.3's with its 9-character call ids for mistral, Mistral Small 3.2's for mistral_args). Checked: the template's rendering of
 a tool call is exactly the prompt + ``toolcalls.render`` + end-of-turn (so demonstrations are in
 the template's own format); transformers' response parser reads it back to the same plain
 action; the chat codec's generated-token round trip (``action_ids`` -> ``action_text``) too.
@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from agentjax.envs import toolcalls
+from agentjax.envs import toolcalls, toolformats
 from agentjax.envs.protocol import ToolCallError, parse_tool_call
 from agentjax.policy.chat import load_chat_tokenizer
 from agentjax.sampling.chat_codec import ChatCodec
@@ -57,23 +57,87 @@ PYTHONIC = (  # vLLM's tool_chat_template_llama3.2_pythonic.jinja (tojson values
 """
     + LLAMA_TAIL
 )
-MISTRAL = """{{- bos_token }}
-{%- set user_messages = messages | selectattr('role', 'equalto', 'user') | list %}
+MISTRAL = """{%- set loop_messages = messages %}
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+        {%- endif %}
+        {{- "[INST] " + message["content"] + "[/INST]" }}
+    {%- elif message.tool_calls is defined and message.tool_calls is not none %}
+        {{- "[TOOL_CALLS] [" }}
+        {%- for tool_call in message.tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}
+        {{- " " + message["content"]|trim + eos_token}}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS] {"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+"""  # Mistral-7B-Instruct-v0.3's template (its system-message and alternation checks left out)
+MISTRAL_ARGS = """{{- bos_token }}
+{%- if tools is defined and tools is not none and tools|length > 0 %}{{- '[AVAILABLE_TOOLS]' + tools|tojson + '[/AVAILABLE_TOOLS]' }}{%- endif %}
 {%- for message in messages %}
-{%- if message.role == 'user' %}
-{%- if tools and message == user_messages[-1] %}{{- '[AVAILABLE_TOOLS] ' + tools | tojson + '[/AVAILABLE_TOOLS]' }}{%- endif %}
-{{- '[INST] ' + message.content + '[/INST]' }}
-{%- elif message.role == 'assistant' and message.tool_calls %}
-{{- '[TOOL_CALLS] [' }}
-{%- for tool_call in message.tool_calls %}{{- tool_call.function | tojson }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}
-{{- ']' + eos_token }}
-{%- elif message.role == 'assistant' %}
-{{- message.content + eos_token }}
-{%- elif message.role == 'tool' %}
-{{- '[TOOL_RESULTS] {"content": ' + message.content|string + '}[/TOOL_RESULTS]' }}
+{%- if message['role'] == 'user' %}{{- '[INST]' + message['content'] + '[/INST]' }}
+{%- elif message['role'] == 'assistant' %}
+{%- if message['content'] %}{{- message['content'] }}{%- endif %}
+{%- if message['tool_calls'] is defined and message['tool_calls'] is not none %}
+{%- for tool in message['tool_calls'] %}
+{%- set arguments = tool['function']['arguments'] %}
+{%- if arguments is not string %}{%- set arguments = arguments|tojson %}{%- endif %}
+{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}
+{%- endfor %}
+{%- endif %}
+{{- eos_token }}
+{%- elif message['role'] == 'tool' %}{{- '[TOOL_RESULTS]' + message['content']|string + '[/TOOL_RESULTS]' }}
 {%- endif %}
 {%- endfor %}
-"""
+"""  # the tool parts of Mistral-Small-3.2's template
 LLAMA_SPECIALS = (
     "<|begin_of_text|>",
     "<|start_header_id|>",
@@ -91,11 +155,14 @@ MISTRAL_SPECIALS = (
     "[/AVAILABLE_TOOLS]",
     "[TOOL_RESULTS]",
     "[/TOOL_RESULTS]",
+    "[ARGS]",
+    "[CALL_ID]",
 )
 FORMATS = {
     "llama3_json": (LLAMA3_JSON, LLAMA_SPECIALS, "<|begin_of_text|>", "<|eot_id|>"),
     "pythonic": (PYTHONIC, LLAMA_SPECIALS, "<|begin_of_text|>", "<|eot_id|>"),
     "mistral": (MISTRAL, MISTRAL_SPECIALS, "<s>", "</s>"),
+    "mistral_args": (MISTRAL_ARGS, MISTRAL_SPECIALS, "<s>", "</s>"),
 }
 ACTIONS = (
     "ls",
@@ -123,7 +190,7 @@ def _tiny_dir(path, fmt):
     return path
 
 
-def _openai_call(plain: str) -> dict:
+def _openai_call(plain: str, reply: str = "") -> dict:
     call = parse_tool_call(plain)
     props = [
         k
@@ -131,7 +198,12 @@ def _openai_call(plain: str) -> dict:
         if k != "body"
     ]
     args = dict(zip(props, call.args, strict=False)) | ({"body": call.body} if call.body else {})
-    return {"type": "function", "function": {"name": call.name, "arguments": args}}
+    # the id a template writes is the one the rendered reply holds (Mistral v0.3's: 9 characters)
+    return {
+        "type": "function",
+        "id": toolformats.call_id(reply),
+        "function": {"name": call.name, "arguments": args},
+    }
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -143,7 +215,7 @@ def test_round_trip_through_the_chat_template(fmt, tmp_path):
     prompt = chat.render(user, tools=list(TOOLS), add_generation_prompt=True)
     for plain in ACTIONS:
         reply = toolcalls.render(plain, fmt, TOOLS)
-        msgs = [*user, {"role": "assistant", "content": "", "tool_calls": [_openai_call(plain)]}]
+        msgs = [*user, {"role": "assistant", "content": "", "tool_calls": [_openai_call(plain, reply)]}]
         rendered = chat.render(msgs, tools=list(TOOLS))
         assert rendered == prompt + reply + chat.end_of_turn  # demonstrations = the template's format
         assert toolcalls.parse(rendered[len(prompt) : -len(chat.end_of_turn)], fmt, TOOLS) == plain.strip(
