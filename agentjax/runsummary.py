@@ -13,20 +13,51 @@ from agentjax.runstate import RunState
 from agentjax.sharding import multihost
 
 
-def progress_line(rows, scheduler, r: RunState, last_eval) -> str:
+def run_header_line(run, parts, n_params: int, workdir: str) -> str:
+    """What the run is, printed once before any work: model, parameters, devices, task, schedule."""
+    s = run.scheduler
+    model = parts.policy.hf_path or f"built-in d{parts.model.d_model} x{parts.model.n_layers} layers"
+    dev = jax.devices()
+    engine = f"slot engine {s.engine_slots} slots" if s.engine_slots else "lock-step rollout"
+    return (
+        f"run: {model}, {n_params / 1e6:.2f}M parameters | {len(dev)} {dev[0].platform} device(s), "
+        f"{jax.process_count()} process(es) | task {run.task.name} | {s.mode.value} on the "
+        f"{s.clock.value} clock, {engine} | loss {run.loss.name} | {run.rl.steps} steps | {workdir}"
+    )
+
+
+def eta_s(step: int, start_step: int, total: int, elapsed_s: float) -> float | None:
+    """Seconds left at this run's pace since it started (or resumed) at ``start_step``; None before
+    its first step (no pace yet)."""
+    done = step - start_step
+    return None if done <= 0 else elapsed_s / done * max(total - step, 0)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    m, sec = divmod(round(seconds), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{sec:02d}s"
+
+
+def progress_line(rows, scheduler, r: RunState, last_eval, total: int, start: tuple[int, float]) -> str:
+    """One line per logged step: step i/N, the last batch's figures, throughput, elapsed and ETA
+    (``start``: the step and ``perf_counter`` at which this process's RL loop began)."""
     train_rows = [x for x in rows if "loss/total" in x]
     last = train_rows[-1] if train_rows else {}
     ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
     real = r.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
+    now = time.perf_counter()
+    eta = eta_s(scheduler.steps, start[0], total, now - start[1])
     return (
-        f"step {scheduler.steps:4d} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
+        f"step {scheduler.steps:4d}/{total} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
         f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
         f"{_dropped(recs)}"
         f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
-        f"{_engine_figures(r.worker)}{time.perf_counter() - r.wall0:.0f}s"
+        f"{_engine_figures(r.worker)}{now - r.wall0:.0f}s, ETA {_clock(eta)}"
     )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,7 @@ from agentjax.runstate import (
     evaluate_heldout,
     task_dataset,
 )
-from agentjax.runsummary import progress_line, summarise_run
+from agentjax.runsummary import progress_line, run_header_line, summarise_run
 from agentjax.sampling import snapshot
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.realtime import RealtimeExecutor
@@ -142,6 +143,7 @@ def train(
         n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_params(parts.model)))
         files.check_workdir(workdir, files.needed_bytes(n))
         lock = files.RunLock(workdir).acquire(log)  # one run per workdir
+        log(run_header_line(run, parts, n, workdir))
     try:
         return _train(run, cfg, parts, workdir, resume=resume, replay=replay, schedule=schedule, log=log)
     finally:
@@ -206,6 +208,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
         tasks = iter(task_dataset(parts))
         scheduler = _scheduler(parts, worker, r, tasks, schedule)
     r.attach(scheduler)
+    start = (scheduler.steps, time.perf_counter())  # the ETA's pace: this process's steps
     while scheduler.steps < run.rl.steps:
         nxt = min((scheduler.steps // run.log_every + 1) * run.log_every, run.rl.steps)
         before = scheduler.steps
@@ -221,7 +224,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
             rows.append({"step": step, **last_eval})
         if r.writer:
             files.write_rows(r.metrics_path, rows)
-        log(progress_line(rows, scheduler, r, last_eval))
+        log(progress_line(rows, scheduler, r, last_eval, run.rl.steps, start))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
             if run.scheduler.clock == Clock.VIRTUAL:

@@ -81,6 +81,8 @@ def main(argv):
     from agentjax.workdir import WorkdirError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
+    if jax.process_index() == 0:  # the run header (system.train) follows: model, devices, schedule
+        print(f"config: {flags.FLAGS['config'].config_filename}", flush=True)
     try:
         summary = system.train(
             cfg,

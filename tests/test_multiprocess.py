@@ -126,7 +126,7 @@ def test_four_processes_equal_two_over_the_same_four_devices(tmp_path):
     assert s4["processes"]["count"] == 4 and min(s4["processes"]["ran"]) > 0
     assert sum(s4["processes"]["ran"]) == s4["processes"]["items"]
     for out in outs:  # every process ran the whole loop; only process 0 wrote the files
-        assert f"step    {STEPS} |" in out
+        assert f"step    {STEPS}/{STEPS} |" in out
     assert (tmp_path / "four" / "checkpoints" / str(STEPS)).is_dir()
 
 

@@ -53,7 +53,13 @@ def reference(tmp_path_factory):
 def test_end_to_end_prints_progress_and_leaves_outputs(reference):
     wd, stdout = reference
     assert "warm start held-out success" in stdout
-    assert "step   12 |" in stdout and "held-out success" in stdout
+    assert "step   12/12 |" in stdout and "held-out success" in stdout
+    assert "config: " in stdout and stdout.index("config: ") < stdout.index("run: ")
+    header = next(ln for ln in stdout.splitlines() if ln.startswith("run: "))  # before any work
+    assert "parameters" in header and "task minirepo" in header and "12 steps" in header, header
+    assert stdout.index(header) < stdout.index("warm start held-out success")
+    last = next(ln for ln in stdout.splitlines() if ln.startswith("step   12/12 |"))
+    assert last.endswith("ETA 0m00s"), last  # nothing left at the last step
     rows = _metrics(wd)
     assert rows[0]["step"] == 0 and "demonstrator_success" in rows[0]["header"]
     import importlib.metadata as md
