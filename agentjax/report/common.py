@@ -118,5 +118,17 @@ def _steps(ax, **kw) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def _ratio_axis(ax) -> None:
+    """A ratio axis whose ticks read: logarithmic when the plotted ratios span a decade, else
+    linear without an offset (ratios within a decade of 1 on a log axis all read ``10^0``)."""
+    if isinstance(ax, _NoPlot):
+        return
+    ys = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0 and math.isfinite(y)]
+    if ys and max(ys) / min(ys) >= 10:
+        ax.set_yscale("log")
+    else:
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+
+
 def _ledger(summary: dict) -> dict | None:
     return summary.get("cost_ledger") or summary.get("scheduler", {}).get("cost_ledger")

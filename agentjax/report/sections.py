@@ -16,6 +16,7 @@ from agentjax.report.common import (
     _figure,
     _ledger,
     _pct,
+    _ratio_axis,
     _save,
     _series,
     _steps,
@@ -27,6 +28,7 @@ def headline(run: dict) -> list[str]:
     """Final held-out success with its interval, the bars it is measured against, H, hack rate."""
     h, evals = run["header"], run["evals"]
     final = run["summary"].get("final_eval") or (evals[-1] if evals else {})
+    step = final.get("step", evals[-1].get("step") if evals else None)  # final_eval has no step
     s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
     lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
     rows = [
@@ -34,7 +36,7 @@ def headline(run: dict) -> list[str]:
             "final held-out success (greedy)",
             f"{_pct(s)} [{_pct(final.get('eval/success_lo'))}, "
             f"{_pct(final.get('eval/success_hi'))}] on {int(final.get('eval/n', 0))} tasks, step "
-            f"{final.get('step', 'n/a')}"
+            f"{'n/a' if step is None else step}"
             if s is not None
             else "n/a (no eval yet)",
         ),
@@ -236,7 +238,8 @@ def delta(run: dict, out: str, workdir: str) -> list[str]:
     axes = fig.subplots(1, 2)
     for k in keys:
         axes[int("ratio/" not in k)].plot(*_series(run["train"], k), ".-", label=k)
-    _steps(axes[0], title="r = pi_train / mu_infer = exp(delta)", yscale="log")
+    _steps(axes[0], title="r = pi_train / mu_infer = exp(delta)")
+    _ratio_axis(axes[0])
     _steps(axes[1], title="approx. KL(mu || pi) and clipped share")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:

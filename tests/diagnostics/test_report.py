@@ -259,3 +259,24 @@ def test_verdict_labels_map_to_their_report_groups():
         for x in ("pass", "fail", "reward_hack", "agent_oom", "agent_error", "infra_fault", "None")
     ]
     assert got == ["pass", "fail", "hack", "agent", "agent", "infra", "other"]
+
+
+def test_the_headline_takes_the_final_evals_step_from_its_metrics_row(tmp_path):
+    """summary.json's final_eval holds the figures without their step (as system.train writes it)."""
+    final = {k: v for k, v in _eval(4, 0.8125).items() if k != "step"}
+    md = open(report.write_report(_full(tmp_path, {**SUMMARY, "final_eval": final}))).read()
+    assert "on 64 tasks, step 4" in md and "step n/a" not in md
+
+
+def test_a_ratio_axis_has_distinct_tick_labels_near_one_and_across_decades():
+    from matplotlib.figure import Figure
+
+    from agentjax.report.common import _ratio_axis
+
+    for ys, scale in (([1.0001, 1.0004, 0.9998], "linear"), ([0.05, 1.0, 3.0], "log")):
+        ax = Figure().subplots()
+        ax.plot([1, 2, 3], ys)
+        _ratio_axis(ax)
+        ax.figure.canvas.draw()
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert ax.get_yscale() == scale and len(labels) == len(set(labels)) > 1, labels
