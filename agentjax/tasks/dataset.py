@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from agentjax import importpath
 from agentjax.envs import toolcalls
 from agentjax.envs.protocol import Label, StepResult, ToolCallError, Verdict
 from agentjax.policy.config import ConfigError
@@ -140,8 +139,8 @@ class DatasetSuite:
                 "task.kwargs.source (a grain data source, 'package.module:factory'), and "
                 "task.kwargs.verifier ('package.module:function', verifier(record, reply) -> reward)"
             )
-        self.verifier = _function(verifier, "task.kwargs.verifier")
-        handler = _function(tools, "task.kwargs.tools") if tools else None
+        self.verifier = datasettools.load_function(verifier, "task.kwargs.verifier")
+        handler = datasettools.load_function(tools, "task.kwargs.tools") if tools else None
         train = records.read(path, source, "task.kwargs.path")
         if heldout_path or heldout_source:
             held = records.read(heldout_path, heldout_source, "task.kwargs.heldout_path")
@@ -231,16 +230,6 @@ def _held_field(heldout_path: str, heldout_source: str, path: str) -> str:
     if heldout_path or heldout_source:
         return "task.kwargs.heldout_path" if heldout_path else "task.kwargs.heldout_source"
     return "task.kwargs.path" if path else "task.kwargs.source"
-
-
-def _function(path: str, field: str):
-    try:
-        fn = importpath.load(path, field)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if not callable(fn):
-        raise ConfigError(f"{field}={path!r} is not a function")
-    return fn
 
 
 def _max_turns(value, has_tools: bool, cap: int) -> int:

@@ -56,13 +56,20 @@ def function_schema(fn: Callable, field: str) -> dict:
     return toolcalls.schema(fn.__name__, doc, **params)
 
 
-def _from_function(path: str, field: str) -> Tool:
+def load_function(path: str, field: str) -> Callable:
+    """The function ``path`` names (a verifier, a tool, a handler); a ``ConfigError`` naming
+    ``field`` otherwise."""
     try:
         fn = importpath.load(path, field)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not callable(fn):
         raise ConfigError(f"{field}={path!r} is not a function")
+    return fn
+
+
+def _from_function(path: str, field: str) -> Tool:
+    fn = load_function(path, field)
     sig = inspect.signature(fn)
 
     def call(record: dict, args: dict):

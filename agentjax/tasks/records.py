@@ -26,15 +26,15 @@ from agentjax.policy.config import ConfigError
 ARRAY_RECORD = ".array_record"
 
 
-def checked(rec, field: str, n: int) -> dict:
-    """Record number ``n`` of ``field`` as a dict with a string ``prompt`` (JSON decoded)."""
+def checked(rec, where: str) -> dict:
+    """A record as a dict with a string ``prompt`` (JSON decoded); ``where`` names it in errors."""
     if isinstance(rec, bytes | str):
         try:
             rec = json.loads(rec)
         except ValueError as e:
-            raise ConfigError(f"{field}: record {n} is not JSON ({e})") from None
+            raise ConfigError(f"{where} is not JSON ({e})") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-        raise ConfigError(f"{field}: record {n} has no string 'prompt'")
+        raise ConfigError(f"{where} has no string 'prompt'")
     return rec
 
 
@@ -42,18 +42,8 @@ def read_jsonl(path: str, field: str) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{field}={path!r} is not a file (a JSONL dataset: one JSON object a line)")
-    out = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise ConfigError(f"{field}={path!r}: line {n} is not JSON ({e})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-            raise ConfigError(f"{field}={path!r}: line {n} has no string 'prompt'")
-        out.append(rec)
-    return out
+    lines = enumerate(p.read_text().splitlines(), 1)
+    return [checked(line, f"{field}={path!r}: line {n}") for n, line in lines if line.strip()]
 
 
 def read_source(source, field: str) -> list[dict]:
@@ -63,7 +53,7 @@ def read_source(source, field: str) -> list[dict]:
             f"{field}: a {type(source).__name__} is not a random-access data source "
             "(grain's protocol: __len__ and __getitem__)"
         )
-    return [checked(source[i], f"{field}", i + 1) for i in range(len(source))]
+    return [checked(source[i], f"{field}: record {i + 1}") for i in range(len(source))]
 
 
 def read_path(path: str, field: str) -> list[dict]:
