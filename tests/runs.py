@@ -40,6 +40,22 @@ def run_module(module: str, *args: str, env: dict | None = None, timeout: float 
     )
 
 
+def train_dataset_task(workdir, verifier: str, *flags: str) -> None:
+    """``launch.train`` on ``configs/smoke.py`` with the dataset task judged by ``verifier``, no
+    checkpoints and no report; ``flags`` name the records and size the run. Asserts it exits 0."""
+    out = run_module(
+        "launch.train",
+        "--config=configs/smoke.py",
+        "--config.task.name=dataset",
+        f"--config.task.kwargs.verifier={verifier}",
+        "--config.checkpoint_every=0",
+        "--config.report=False",
+        *flags,
+        f"--workdir={workdir}",
+    )
+    assert out.returncode == 0, tail(out)
+
+
 def tail(out) -> str:
     """The end of a finished process's stdout and stderr, for assertion messages."""
     return out.stdout[-3000:] + out.stderr[-3000:]

@@ -11,7 +11,7 @@ from agentjax.policy.config import ConfigError
 from agentjax.tasks import records
 from configs import smoke
 from examples.dataset_verifiers import pick_rows, write_pick_dataset
-from tests.runs import read_metrics, run_module, tail
+from tests.runs import read_metrics, train_dataset_task
 
 VERIFIER = "examples.dataset_verifiers:first_word"
 SOURCE = "examples.dataset_verifiers:PickSource"
@@ -70,21 +70,15 @@ def test_bad_sources_are_named(tmp_path):
 
 def test_a_run_reads_its_prompts_from_a_grain_source(tmp_path):
     wd = tmp_path / "run"
-    out = run_module(
-        "launch.train",
-        "--config=configs/smoke.py",
-        "--config.task.name=dataset",
+    train_dataset_task(
+        wd,
+        VERIFIER,
         f"--config.task.kwargs.source={SOURCE}",
-        f"--config.task.kwargs.verifier={VERIFIER}",
         "--config.task.eval_tasks=16",
         "--config.warm_start.steps=20",
         "--config.rl.steps=1",
         "--config.rl.eval_every=1",
-        "--config.checkpoint_every=0",
-        "--config.report=False",
-        f"--workdir={wd}",
     )
-    assert out.returncode == 0, tail(out)
     final = [r for r in read_metrics(wd) if "eval/success" in r][-1]
     assert final["eval/n"] == 16
     cfg = json.load(open(wd / "run_config.json"))

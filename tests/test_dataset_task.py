@@ -11,7 +11,7 @@ from agentjax.policy.config import ConfigError
 from agentjax.tasks.dataset import VERIFIER_VERSION, DatasetEnv, Item
 from configs import smoke
 from examples.dataset_verifiers import write_pick_dataset
-from tests.runs import read_metrics, run_module, tail
+from tests.runs import read_metrics, train_dataset_task
 
 VERIFIER = "examples.dataset_verifiers:first_word"
 
@@ -80,20 +80,15 @@ def test_a_jsonl_dataset_learns_from_a_random_init(tmp_path):
     path = tmp_path / "pick.jsonl"
     write_pick_dataset(path)
     wd = tmp_path / "run"
-    args = [
-        "--config=configs/smoke.py",
-        "--config.task.name=dataset",
+    train_dataset_task(
+        wd,
+        VERIFIER,
         f"--config.task.kwargs.path={path}",
-        f"--config.task.kwargs.verifier={VERIFIER}",
         "--config.task.eval_tasks=16",
         "--config.warm_start.steps=100",
         "--config.rl.steps=2",
         "--config.rl.eval_every=2",
-        "--config.checkpoint_every=0",
-        "--config.report=False",
-    ]
-    out = run_module("launch.train", *args, f"--workdir={wd}")
-    assert out.returncode == 0, tail(out)
+    )
     rows = read_metrics(wd)
     start = rows[0]["header"]["rl_start_success"]
     final = [r for r in rows if "eval/success" in r][-1]
@@ -121,21 +116,16 @@ def test_a_multi_turn_dataset_calls_its_tool_reads_the_result_and_is_verified(tm
     path = tmp_path / "lookup.jsonl"
     write_lookup_dataset(path)
     wd = tmp_path / "run"
-    args = [
-        "--config=configs/smoke.py",
-        "--config.task.name=dataset",
+    train_dataset_task(
+        wd,
+        VERIFIER,
         f"--config.task.kwargs.path={path}",
-        f"--config.task.kwargs.verifier={VERIFIER}",
         "--config.task.kwargs.max_turns=3",
         "--config.task.eval_tasks=8",
         "--config.warm_start.steps=200",
         "--config.rl.steps=2",
         "--config.rl.eval_every=2",
-        "--config.checkpoint_every=0",
-        "--config.report=False",
-    ]
-    out = run_module("launch.train", *args, f"--workdir={wd}")
-    assert out.returncode == 0, tail(out)
+    )
     tok = run_parts(json.load(open(wd / "run_config.json")), None).codec.tokenizer
     trajs = Journal(wd / "journal.bin").read()
     called = [t for t in trajs if t.reward_evidence.get("tool_calls")]
