@@ -13,8 +13,9 @@ from agentjax.runstate import RunState
 from agentjax.sharding import multihost
 
 
-def run_header_line(run, parts, n_params: int, workdir: str) -> str:
+def run_header_line(parts, n_params: int, workdir: str) -> str:
     """What the run is, printed once before any work: model, parameters, devices, task, schedule."""
+    run = parts.run
     s = run.scheduler
     model = parts.policy.hf_path or f"built-in d{parts.model.d_model} x{parts.model.n_layers} layers"
     dev = jax.devices()
@@ -40,7 +41,7 @@ def _clock(seconds: float | None) -> str:
     return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{sec:02d}s"
 
 
-def progress_line(rows, scheduler, r: RunState, last_eval, total: int, start: tuple[int, float]) -> str:
+def progress_line(rows, scheduler, r: RunState, last_eval, start: tuple[int, float]) -> str:
     """One line per logged step: step i/N, the last batch's figures, throughput, elapsed and ETA
     (``start``: the step and ``perf_counter`` at which this process's RL loop began)."""
     train_rows = [x for x in rows if "loss/total" in x]
@@ -49,7 +50,7 @@ def progress_line(rows, scheduler, r: RunState, last_eval, total: int, start: tu
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
     real = r.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
-    now = time.perf_counter()
+    now, total = time.perf_counter(), r.parts.run.rl.steps
     eta = eta_s(scheduler.steps, start[0], total, now - start[1])
     return (
         f"step {scheduler.steps:4d}/{total} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "

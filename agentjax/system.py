@@ -143,7 +143,7 @@ def train(
         n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_params(parts.model)))
         files.check_workdir(workdir, files.needed_bytes(n))
         lock = files.RunLock(workdir).acquire(log)  # one run per workdir
-        log(run_header_line(run, parts, n, workdir))
+        log(run_header_line(parts, n, workdir))
     try:
         return _train(run, cfg, parts, workdir, resume=resume, replay=replay, schedule=schedule, log=log)
     finally:
@@ -224,7 +224,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
             rows.append({"step": step, **last_eval})
         if r.writer:
             files.write_rows(r.metrics_path, rows)
-        log(progress_line(rows, scheduler, r, last_eval, run.rl.steps, start))
+        log(progress_line(rows, scheduler, r, last_eval, start))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
             if run.scheduler.clock == Clock.VIRTUAL:
