@@ -1,4 +1,5 @@
-"""One run's parts and mutable state: what ``system.train`` composes and the scheduler calls back.
+"""One run's parts and mutable state: what ``system.train`` composes, and the learner job the
+scheduler's Train command starts.
 
 (One module, over 300 lines: ``Parts`` and ``RunState`` are the state the learner callback
 mutates; the held-out evaluation reads it. The progress line and the summary: ``runsummary``.)
@@ -110,8 +111,8 @@ def task_dataset(parts: Parts) -> grain.MapDataset:
 
 
 class RunState:
-    """Mutable run state: the learner callback the scheduler calls, the journal, the curriculum
-    (the scheduler only sees version numbers). ``system.train`` owns one per run."""
+    """Mutable run state: the learner job (the scheduler only sees version numbers), the journal,
+    the curriculum. ``system.train`` owns one per run."""
 
     def __init__(self, parts: Parts, workdir: str, log: Callable[[str], None]):
         self.parts, self.workdir, self.log = parts, workdir, log
@@ -176,7 +177,6 @@ class RunState:
         self._journaled: set[int] = set()
         self.curriculum, self.curriculum_state = loopparts.make_curriculum(run.curriculum), None
         self.journal_count = 0  # records in the journal (the checkpoint's "journaled")
-        self.scheduler = None  # set by attach()
         self.sampler_version = 0
         self.worker = SamplerWorker(
             self.sampler,
@@ -198,12 +198,11 @@ class RunState:
         the learner mesh under ``jax.distributed``; as it is otherwise."""
         return multihost.globalize(state, self.placement.learner_mesh)
 
-    def attach(self, scheduler) -> None:
-        """Starts driving ``scheduler`` (fresh or restored): publishes the learner's current
-        weights to the sampler as the scheduler's version; trajectories the scheduler already
-        holds count as journaled."""
+    def attach(self, version: int, journaled) -> None:
+        """Starts a scheduler run (fresh or restored) at ``version``: publishes the learner's
+        current weights to the sampler as that version; the submissions in ``journaled`` (the
+        trajectories the scheduler already holds) count as journaled."""
         run = self.parts.run
-        self.scheduler, version = scheduler, scheduler.version
         weights = to_sampler(self.state.params, run.sampler)
         self.sampler_params = multihost.local_view(
             sync_weights(self.placement, weights, None, version, self.sync)
@@ -212,11 +211,13 @@ class RunState:
             self.kept = pv.keep({}, version, self.state.params, oldest=version)
         self.sampler_version = version
         self.worker.publish(version, self.sampler_params)
-        self._journaled = {i for i, _ in scheduler.finished_trajectories(include_paused=True)}
+        self._journaled = set(journaled)
 
-    # -- learner, called by the scheduler ----------------------------------------------------
-    def learner(self, version: int, batch) -> int:
-        run = self.parts.run
+    # -- learner, a job the scheduler's Train command starts -----------------------------------
+    def learner(self, version: int, train) -> int:
+        """One learner step on ``train.batch`` (the scheduler's Train command) from ``version``;
+        returns the new version."""
+        run, batch = self.parts.run, train.batch
         trajs: list[Trajectory] = [c.trajectory for c in batch]
         weights, fm = loopparts.fingerprint_weights(run, trajs, [c.weight for c in batch])
         arrays, bm = make_batch(
@@ -272,8 +273,8 @@ class RunState:
             "version_gap_mean": float(np.mean(gaps)) if gaps else 0.0,
             "version_gap_max": int(max(gaps)) if gaps else 0,
             "weights_mean": float(np.mean([c.weight for c in batch])),
-            **_dynamic_sampling(self.scheduler.gate),
-            "virtual_time": float(self.scheduler.ex.now()),
+            **train.sampling,  # dynamic sampling's account when the batch was formed
+            "virtual_time": float(train.time),
             "wall": time.perf_counter() - self.wall0,
         }
         self.rows.append(row)
@@ -293,9 +294,10 @@ class RunState:
             **{f"curriculum/rate/{k}": float(v) for k, v in self.curriculum_state.rates.items()},
         }
 
-    def journal_rounds(self):
-        """Appends every newly completed trajectory to the crash-safe journal."""
-        done = [t for i, t in self.scheduler.finished_trajectories() if i not in self._journaled]
+    def journal_rounds(self, finished):
+        """Appends every newly completed trajectory of ``finished`` ((index, trajectory) pairs)
+        to the crash-safe journal."""
+        done = [t for i, t in finished if i not in self._journaled]
         self._journaled.update(t.submit_index for t in done)
         if self.index_base:  # a resumed real-time run's scheduler counts from 0 again
             done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
@@ -341,16 +343,3 @@ def evaluate_policy(parts: Parts, sampler, params, version: int, exchange=None) 
 def evaluate_heldout(r: RunState, params, version: int) -> dict:
     # several processes: each evaluates its share
     return evaluate_policy(r.parts, r.greedy, params, version, exchange=r.worker.exchange)
-
-
-def _dynamic_sampling(gate) -> dict:
-    """Dynamic sampling's account at a learner step (empty without it): uniform-group
-    trajectories dropped since the last step, and in total; uniform ones trained because the
-    drop budget was spent."""
-    if gate is None:
-        return {}
-    return {
-        "sampling/dropped_uniform": float(gate.dropped),
-        "sampling/dropped_uniform_total": float(gate.dropped_total),
-        "sampling/released_uniform_total": float(gate.released_uniform),
-    }

@@ -79,7 +79,7 @@ def _engine_figures(worker) -> str:
     )
 
 
-def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
+def summarise_run(r: RunState, scheduler, runlog, header: dict, last_eval) -> dict:
     from agentjax.diagnostics.evaluate import undefined_metrics  # noqa: PLC0415
     from agentjax.diagnostics.metrics import (  # noqa: PLC0415
         cost_ledger,
@@ -89,7 +89,7 @@ def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
     )
 
     s = summarise(runlog, long_classes=None)  # fast-first bias over minirepo's own classes
-    ledger = measured_cost_ledger(runlog.records, r.scheduler.traj, r.train_wall)
+    ledger = measured_cost_ledger(runlog.records, scheduler.traj, r.train_wall)
     virtual = cost_ledger(runlog.records, len(runlog.step_end_times), r.parts.run.scheduler.learner_step_time)
     pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0, runlog.elapsed)
     return {
@@ -101,7 +101,7 @@ def summarise_run(r: RunState, runlog, header: dict, last_eval) -> dict:
         "cost_ledger": _jsonable(ledger),
         "cost_ledger_virtual": _jsonable(virtual),
         # infra faults the retry policy sent back (resubmitted or queued to be)
-        "retries": sum(len(getattr(r.scheduler, k, ())) for k in ("retry_of", "retry_queue")),
+        "retries": len(scheduler.state.retry_of) + len(scheduler.state.retry_queue),
         "env_pool": _jsonable(pool),
         "params_sha256": multihost.checksum(r.state.params),
         "process_count": jax.process_count(),

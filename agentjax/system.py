@@ -82,7 +82,9 @@ def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict]:
     }
 
 
-def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, replay=None) -> Scheduler:
+def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, replay=None, version=0) -> Scheduler:
+    """A fresh scheduler at ``version`` (the learner's job returns version numbers: they are its
+    parameters)."""
     run = parts.run
     if replay is not None:
         executor = ReplayExecutor(replay)
@@ -94,13 +96,14 @@ def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, replay=N
         tasks,
         worker,
         r.learner,
-        0,
+        version,
         config=run.scheduler,
         staleness_config=run.admission,
         batch_size=run.rl.batch_size,
         group_size=run.rl.group_size,
         executor=executor,
         retry=loopparts.retry_policy(run),
+        version=version,
     )
 
 
@@ -164,7 +167,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
     if resume:
         fresh = None  # real time: a fresh scheduler that samples the checkpoint's redo record first
         if run.scheduler.clock == Clock.REAL:
-            fresh = lambda t: _scheduler(parts, worker, r, t)  # noqa: E731
+            fresh = lambda t, version: _scheduler(parts, worker, r, t, version=version)  # noqa: E731
         header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir, fresh)
         resumed_at = scheduler.steps
         if run.loss.kl_coef:
@@ -207,13 +210,13 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
             ckpt.save_checkpoint(refdir, 0, r.ref_params)
         tasks = iter(task_dataset(parts))
         scheduler = _scheduler(parts, worker, r, tasks, schedule)
-    r.attach(scheduler)
+    r.attach(scheduler.version, [i for i, _ in scheduler.finished_trajectories(include_paused=True)])
     start = (scheduler.steps, time.perf_counter())  # the ETA's pace: this process's steps
     while scheduler.steps < run.rl.steps:
         nxt = min((scheduler.steps // run.log_every + 1) * run.log_every, run.rl.steps)
         before = scheduler.steps
         scheduler.run(nxt)
-        r.journal_rounds()
+        r.journal_rounds(scheduler.finished_trajectories())
         if scheduler.steps == before:
             log("task source exhausted")
             break
@@ -249,7 +252,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
             if r.writer:
                 durable.prune_snapshots(ckdir, kept)  # with their checkpoints
     runlog = scheduler.finish()
-    summary = summarise_run(r, runlog, header, last_eval)
+    summary = summarise_run(r, scheduler, runlog, header, last_eval)
     if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
         scheduler.ex.close()
         summary["realtime"] = scheduler.ex.report()

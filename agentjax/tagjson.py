@@ -48,6 +48,7 @@ TYPES = frozenset({
     "agentjax.envs.minirepo.lang:Fn", "agentjax.envs.minirepo.lang:Edit",
     "agentjax.envs.codefix.api:Task", "agentjax.envs.faults:RetryState",
     "agentjax.sampling.groups:UniformGroups", "agentjax.sampling.groups:GroupGate",
+    "agentjax.sampling.groups:PassGate", "agentjax.sampling.schedstate:SchedulerState",
 })  # fmt: skip
 _ALLOWED: set[str] = set(TYPES)  # TYPES and the types a user's task declares (allow)
 

@@ -166,23 +166,13 @@ class Redo:
 
 
 def redo_record(scheduler: Scheduler, tasks, base: int) -> dict:
-    """A real-time checkpoint's resume record: the tasks to sample again (drawn, unresolved;
-    under dynamic sampling every original member of a group with an unresolved member, since
-    its gate decides on whole groups) and the submissions so far (``base``: before a resume)."""
-    recs = scheduler.records
-    if scheduler.gate is None:
-        redo = [scheduler.task[i] for i, rec in enumerate(recs) if rec.terminal is None]
-    else:
-        open_groups = {rec.task_id for rec in recs if rec.terminal is None}
-        redo = [
-            scheduler.task[i]
-            for i, rec in enumerate(recs)
-            if rec.task_id in open_groups and i not in scheduler.retry_of
-        ]
+    """A real-time checkpoint's resume record: the tasks to sample again
+    (:meth:`Scheduler.redo_tasks`, then those a previous resume left to redo) and the
+    submissions so far (``base``: before a resume)."""
     return {
         "kind": "realtime",
-        "redo": redo + list(getattr(tasks, "pending", [])),
-        "submitted": base + len(recs),
+        "redo": scheduler.redo_tasks() + list(getattr(tasks, "pending", [])),
+        "submitted": base + len(scheduler.records),
     }
 
 
@@ -190,8 +180,8 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     """Restores the newest checkpoint after checking that everything agrees (see
     :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it.
 
-    ``fresh_scheduler(tasks)`` (a real-time run): builds the scheduler that continues, instead of
-    restoring the snapshot; it starts at the checkpoint's version and samples the checkpoint's
+    ``fresh_scheduler(tasks, version)`` (a real-time run): builds the scheduler that continues,
+    instead of restoring the snapshot, at the checkpoint's version; it samples the checkpoint's
     redo record first. Returns the header, the scheduler, the task source and the last eval."""
     run, log = r.parts.run, r.log
     steps = ckpt.all_steps(ckdir)
@@ -234,9 +224,7 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
             if rec["kind"] != "realtime":
                 raise snapshot.SnapshotError(f"{path} is a virtual-clock snapshot, not a redo record")
             tasks = Redo(tasks, rec["redo"])
-            scheduler = fresh_scheduler(tasks)
-            # the learner's version so far (the loop's learner callback returns version numbers)
-            scheduler.version = scheduler.steps = scheduler.params = step
+            scheduler = fresh_scheduler(tasks, step)  # the learner's version so far
             r.index_base = rec["submitted"]
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)

@@ -36,9 +36,9 @@ WINDOWS = (1, 8, 32, 64, 128, 256)
 TARGET_WINDOW = 32
 
 
-def learner(params: np.ndarray, batch: list[sch.Consumed]) -> np.ndarray:
+def learner(params: np.ndarray, train: sch.Train) -> np.ndarray:
     """A stand-in pure learner; its output depends on batch order and tokens (determinism)."""
-    x = np.array([float(c.trajectory.turns[-1].action[:8].sum()) for c in batch])
+    x = np.array([float(c.trajectory.turns[-1].action[:8].sum()) for c in train.batch])
     return params * 0.5 + np.sin(x * np.arange(1, x.size + 1)).sum()
 
 

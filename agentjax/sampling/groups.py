@@ -77,3 +77,50 @@ class GroupGate:
 
     def on_step(self) -> None:
         self.dropped = 0
+
+    def clear(self) -> None:
+        self.held, self.seen = {}, {}
+
+    def copy(self) -> GroupGate:
+        """An independent copy (the scheduler's step changes a copy, never its input state)."""
+        held = {k: list(v) for k, v in self.held.items()}
+        return dataclasses.replace(self, held=held, seen=dict(self.seen))
+
+    def account(self) -> dict:
+        """Dynamic sampling's figures at a learner step: uniform-group trajectories dropped since
+        the last step and in total, uniform ones trained because the drop budget was spent."""
+        return {
+            "sampling/dropped_uniform": float(self.dropped),
+            "sampling/dropped_uniform_total": float(self.dropped_total),
+            "sampling/released_uniform_total": float(self.released_uniform),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class PassGate:
+    """``uniform_groups='keep'``: every outcome with a reward is released at once, nothing is
+    dropped (the gate's interface, so the scheduler has no "no gate" branches)."""
+
+    group_size: int = 1  # a sync round's unit
+    dropped: int = 0
+
+    def outcome(self, task_id: str, index: int | None = None, reward: float | None = None):
+        return ([] if index is None else [index]), []
+
+    def leave(self, index: int) -> None:
+        pass
+
+    def holding(self) -> list[int]:
+        return []
+
+    def on_step(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def copy(self) -> PassGate:
+        return self
+
+    def account(self) -> dict:
+        return {}

@@ -1,4 +1,4 @@
-"""The rollout-worker interface and the consumption rules of the completed-trajectory queue.
+"""The rollout-worker interface, and the scheduler's choices (mode, clock, resume).
 
 A rollout is driven in *rounds*: the scheduler hands a worker a :class:`WorkItem` (task, policy
 version, per-round token budget, per-task caps, resume semantics and the resumable state of a
@@ -6,7 +6,7 @@ paused rollout) and gets back a :class:`RoundResult` (the new resumable state, t
 far, why the round stopped and how long it took). The scheduler never looks inside the state:
 the simulated worker keeps positions and tokens, the real sampler will keep its KV cache.
 
-Consumption order by mode:
+Consumption order by mode (:func:`agentjax.sampling.schedstate.consumable`):
 
 * ``async``: completed trajectories in completion order (greedy; fast tasks first).
 * ``windowed_fifo(W)``: only completed trajectories whose submission index lies in
@@ -19,8 +19,6 @@ Consumption order by mode:
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 from agentjax.choice import Choice
@@ -46,9 +44,6 @@ class ResumeMode(Choice):
 
     RECOMPUTE = "recompute"
     KEEP = "keep"
-
-
-MODES = tuple(SchedulerMode.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,37 +84,3 @@ class RoundResult:
 class RolloutWorker(Protocol):
     def run_round(self, item: WorkItem) -> RoundResult:
         """Runs one round; must be safe to call from several threads at once."""
-
-
-class SubmissionWindow:
-    """Tracks the oldest unresolved submission index (the window's head)."""
-
-    def __init__(self) -> None:
-        self.head = 0
-        self._resolved: list[int] = []  # min-heap of resolved indices >= head
-
-    def resolve(self, index: int) -> None:
-        if index < self.head or index in self._resolved:
-            raise ValueError(f"submission {index} resolved twice")
-        heapq.heappush(self._resolved, index)
-        while self._resolved and self._resolved[0] == self.head:
-            heapq.heappop(self._resolved)
-            self.head += 1
-
-
-def consumable(mode: str, completed: Iterable[int], head: int, window: int | None) -> list[int]:
-    """Submission indices the learner may take now, in the order it takes them.
-
-    Args:
-      mode: one of :data:`MODES`.
-      completed: completed, unconsumed submission indices in completion order.
-      head: the oldest unresolved submission index.
-      window: the window size for ``windowed_fifo``.
-    """
-    if mode == "async":
-        return list(completed)
-    if mode == "windowed_fifo":
-        return sorted(i for i in completed if i < head + window)
-    if mode == "sync":
-        return sorted(completed)
-    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

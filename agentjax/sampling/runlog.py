@@ -77,11 +77,6 @@ class SchedulerConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
 
-    @property
-    def consume_window(self) -> int | None:
-        """The window :func:`~agentjax.sampling.queue.consumable` applies (None but windowed_fifo)."""
-        return self.window if self.mode == SchedulerMode.WINDOWED_FIFO else None
-
 
 @dataclasses.dataclass
 class Record:

@@ -2,12 +2,12 @@
 
 Layout: one JSON header line, then the body (JSON of the state, UTF-8)::
 
-    {"format": "agentjax-scheduler-snapshot", "version": 2, "body_bytes": N, "crc32": C}
-    {"version": 3, "steps": 3, "records": [...], "clock": {...}, ...}
+    {"format": "agentjax-scheduler-snapshot", "version": 3, "body_bytes": N, "crc32": C}
+    {"config": {...}, "machine": {"$obj": "agentjax.sampling.schedstate:SchedulerState", ...}, ...}
 
-The body's fields are :data:`SNAPSHOT_FIELDS` (the scheduler attributes of the same name) plus
-``executor`` and ``gate``; :func:`dump_scheduler` writes them and :func:`load_scheduler` puts
-them back (``Scheduler.snapshot`` / ``Scheduler.restore``). Values beyond JSON are
+The body's fields are :data:`FIELDS`: ``Scheduler.snapshot`` writes them with :func:`dumps`
+and ``Scheduler.restore`` reads them with :func:`loads` (the machine state is one value: its
+encoding is the snapshot). Values beyond JSON are
 the tagged objects of :mod:`agentjax.tagjson` (the journal's encoding; one allow-list,
 :data:`~agentjax.tagjson.TYPES`).
 
@@ -21,39 +21,35 @@ from __future__ import annotations
 import json
 import zlib
 
-from agentjax.sampling.clock import SimulatedExecutor
-from agentjax.sampling.queue import SubmissionWindow
 from agentjax.tagjson import TYPES, RestoredError, TagError, decode, encode
 
 __all__ = [
     "FORMAT",
     "TYPES",
     "VERSION",
+    "FIELDS",
     "RestoredError",
-    "SNAPSHOT_FIELDS",
     "SnapshotError",
     "decode",
-    "dump_scheduler",
     "dumps",
     "encode",
-    "load_scheduler",
     "loads",
 ]
 
-# Version 2: the batch size is the scheduler's ``batch_size`` field (no longer in its two
-# configs); choices are enum members. A version-1 snapshot is rejected (start a new workdir).
-FORMAT, VERSION = "agentjax-scheduler-snapshot", 2
+# Version 3: the body is the scheduler machine's state (``SchedulerState``) with the driver's
+# fields around it. Version 2 (the scheduler object's attributes) and older are rejected (start a
+# new workdir).
+FORMAT, VERSION = "agentjax-scheduler-snapshot", 3
 
 
-# The snapshot's fields (besides "executor", the clock and its in-flight results, and "gate",
-# dynamic sampling's held groups): the scheduler attributes of the same name. "task" and "traj"
-# hold only unresolved submissions and "batches" only indices, weights and admissions: a snapshot
-# does not grow with every trajectory trained (the journal holds those).
-SNAPSHOT_FIELDS = (
-    "cfg", "scfg", "batch_size", "params", "st", "version", "steps", "records", "task", "traj", "state",
-    "running", "round_start", "paused", "completed", "window", "batch", "batches",
-    "learner_ticket", "step_end_times", "events", "round_open", "round_queue", "retry_queue",
-    "retry_of", "retry_states",
+# The snapshot's fields: the machine's build (configs, sizes), its state ("machine": live
+# submissions only, so a snapshot does not grow with every trajectory trained), the driver's
+# parameters and tickets, the account without trajectories (resolved records, the trained batches'
+# indices, weights and admissions, the event log; the journal holds the trajectories) and
+# "executor", the clock with its in-flight results.
+FIELDS = (
+    "config", "staleness", "batch_size", "group_size", "machine", "params", "tickets",
+    "learner_ticket", "records", "events", "step_end_times", "batches", "executor",
 )  # fmt: skip
 
 
@@ -106,45 +102,3 @@ def loads(blob: bytes, *, source: str = "snapshot", fields: tuple[str, ...] = ()
     if missing:
         raise SnapshotError(f"{source} lacks the fields {missing}")
     return state
-
-
-def dump_scheduler(s) -> bytes:
-    """A virtual-clock scheduler's run state as snapshot bytes (real threads cannot be serialised).
-    Trajectories already resolved (trained, rejected, ...) are left out: the journal holds them."""
-    if not isinstance(s.ex, SimulatedExecutor):
-        raise TypeError("only a virtual-clock run (SimulatedExecutor) can be snapshotted")
-    executor = s.ex.snapshot_state()  # first: a batching executor runs deferred rounds
-    live = {i for i, rec in enumerate(s.records) if rec.terminal is None}
-    state = {name: getattr(s, name) for name in SNAPSHOT_FIELDS}
-    state.update(
-        task={i: t for i, t in s.task.items() if i in live},
-        traj={i: t for i, t in s.traj.items() if i in live},
-        window={"head": s.window.head, "resolved": sorted(s.window._resolved)},
-        batches=[[c._replace(trajectory=None) for c in b] for b in s.batches],
-        executor=executor,
-        gate=s.gate,
-    )
-    return dumps(state)
-
-
-def load_scheduler(obj, blob: bytes, *, source: str, executor=None, trajectories=None) -> None:
-    """Sets the run state of :func:`dump_scheduler` on ``obj`` (a bare ``Scheduler``), with
-    ``executor`` (a fresh one of the snapshot's kind; default SimulatedExecutor) restored and the
-    trained batches' trajectories taken from ``trajectories`` (index -> trajectory) where given."""
-    state = loads(blob, source=source, fields=(*SNAPSHOT_FIELDS, "executor"))
-    ex = SimulatedExecutor() if executor is None else executor
-    if state["executor"].get("kind") != type(ex).__name__:
-        raise SnapshotError(
-            f"{source} was taken with a {state['executor'].get('kind')}; "
-            f"pass executor= of that kind (got {type(ex).__name__})"
-        )
-    ex.load_snapshot_state(state["executor"])
-    for name in SNAPSHOT_FIELDS:
-        setattr(obj, name, state[name])
-    obj.ex = ex
-    obj.gate = state.get("gate")  # None: no dynamic sampling (or a snapshot from before it)
-    obj.window = SubmissionWindow()
-    obj.window.head, obj.window._resolved = state["window"]["head"], state["window"]["resolved"]
-    obj.batch = [c._replace(trajectory=obj.traj.get(c.index, c.trajectory)) for c in obj.batch]
-    have = trajectories or {}
-    obj.batches = [[c._replace(trajectory=have.get(c.index)) for c in b] for b in obj.batches]

@@ -177,9 +177,9 @@ MUTATIONS = (
     Mutation(
         "window_ignored",
         "2 sync vs async: windowed FIFO",
-        "agentjax/sampling/queue.py",
-        "        return sorted(i for i in completed if i < head + window)",
-        "        return list(completed)",
+        "agentjax/sampling/schedstate.py",
+        "            return sorted(i for i in completed if i < head + w)",
+        "            return list(completed)",
         (f"{FT}::test_windowed_fifo_blocks_on_its_head_and_a_wide_window_is_async",),
     ),
     Mutation(
@@ -259,9 +259,25 @@ MUTATIONS = (
     Mutation(
         "sync_barrier_open",
         "2 sync vs async: the sync barrier",
-        "agentjax/sampling/scheduler.py",
-        "        if not self.round_open and self.learner_ticket is None:\n",
-        "        if not self.round_open:\n",
+        "agentjax/sampling/rules.py",
+        "    if not w.round_open and not w.training:\n",
+        "    if not w.round_open:\n",
         ("tests/test_realtime.py::test_sync_real_time_never_overlaps",),
+    ),
+    Mutation(
+        "gap_bound_not_enforced",
+        "3 staleness: the version-gap bound cancels in-flight work",
+        "agentjax/sampling/machine.py",
+        "        self.gate.on_step()\n        self.enforce_bound()\n",
+        "        self.gate.on_step()\n",
+        ("tests/sampling/test_machine.py::test_publishing_cancels_rounds_over_the_version_gap_bound",),
+    ),
+    Mutation(
+        "scheduler_step_changes_its_input",
+        "2 sync vs async: the scheduler's step is pure",
+        "agentjax/sampling/machine.py",
+        "self.records, self.task, self.traj = dict(s.records), dict(s.task), dict(s.traj)",
+        "self.records, self.task, self.traj = s.records, s.task, s.traj",
+        ("tests/sampling/test_machine.py::test_random_event_sequences_keep_conservation_bounds_and_purity",),
     ),
 )

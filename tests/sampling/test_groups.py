@@ -84,7 +84,7 @@ def test_no_uniform_group_is_trained_while_the_budget_lasts_and_every_task_is_ac
             rewards[t.task_id].add(t.final_reward)
     trained = {c.trajectory.task_id for b in log.batches for c in b}
     assert trained and all(len(rewards[g]) > 1 for g in trained)
-    assert s.gate.released_uniform == 0
+    assert s.state.gate.released_uniform == 0
 
 
 def test_keep_trains_uniform_groups_and_drop_trains_whole_mixed_groups():
@@ -113,7 +113,7 @@ def test_a_policy_with_only_uniform_groups_still_steps_within_the_budget():
     assert s.steps == 5
     # per step at most budget x batch = 16 dropped, then uniform groups are trained
     assert log.terminal_counts()["filtered"] <= 5 * 16 + 16
-    assert log.terminal_counts()["trained"] == 5 * 8 and s.gate.released_uniform >= 5 * 8
+    assert log.terminal_counts()["trained"] == 5 * 8 and s.state.gate.released_uniform >= 5 * 8
 
 
 def test_a_dropping_run_snapshots_and_resumes_exactly():

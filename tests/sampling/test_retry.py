@@ -39,7 +39,7 @@ def test_infra_faults_are_masked_and_retried_until_the_budget():
     assert len(attempts) == 1 and attempts[0].terminal.value == "masked"  # no policy: masked only
     s, log, attempts = _run(make_retry(max_attempts=3, max_same_cause=10))
     assert len(attempts) == 3 and all(r.terminal.value == "masked" for r in attempts)
-    seeds = [s.task[r.index].seed for r in attempts]
+    seeds = [s.account.tasks[r.index].seed for r in attempts]
     assert len(set(seeds)) == 3  # each retry draws a fresh episode seed
     trained = collections.Counter(c.trajectory.task_id for b in log.batches for c in b)
     assert "t0" not in trained  # never a zero reward in a batch

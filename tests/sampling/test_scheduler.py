@@ -7,7 +7,8 @@ from agentjax.diagnostics import metrics
 from agentjax.envs.protocol import Label
 from agentjax.sampling import scheduler as sch
 from agentjax.sampling import staleness as stl
-from agentjax.sampling.queue import SubmissionWindow, TaskCaps, WorkItem, consumable
+from agentjax.sampling.queue import TaskCaps, WorkItem
+from agentjax.sampling.schedstate import Async, WindowedFifo, advance_window, consumable
 from agentjax.sampling.simulated import SimTask, SimTurn, SimulatedWorker
 from agentjax.trajectory import StopReason
 
@@ -126,16 +127,16 @@ def test_learner_trains_on_completed_round_even_if_a_task_is_capped():
 
 
 def test_submission_window_head():
-    w = SubmissionWindow()
+    head, resolved = 0, frozenset()
     for i in (2, 1, 4):
-        w.resolve(i)
-    assert w.head == 0
-    w.resolve(0)
-    assert w.head == 3
+        head, resolved = advance_window(head, resolved, i)
+    assert head == 0
+    head, resolved = advance_window(head, resolved, 0)
+    assert head == 3 and resolved == {4}
     with pytest.raises(ValueError):
-        w.resolve(1)
-    assert consumable("windowed_fifo", [9, 4, 5, 3], head=3, window=3) == [3, 4, 5]
-    assert consumable("async", [9, 4, 5, 3], head=3, window=None) == [9, 4, 5, 3]
+        advance_window(head, resolved, 1)
+    assert consumable(WindowedFifo(3), [9, 4, 5, 3], head=3) == [3, 4, 5]
+    assert consumable(Async(), [9, 4, 5, 3], head=3) == [9, 4, 5, 3]
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ def test_derived_queue_capacity_is_four_batches_at_least_the_slots():
         staleness_config=stl.StalenessConfig(queue_capacity=0),
         batch_size=8,
     )
-    assert s.scfg.queue_capacity == 40
+    assert s.machine.spec.staleness.queue_capacity == 40
     s = sch.Scheduler(
         [],
         SimulatedWorker(),
@@ -204,4 +205,4 @@ def test_derived_queue_capacity_is_four_batches_at_least_the_slots():
         staleness_config=stl.StalenessConfig(queue_capacity=0),
         batch_size=8,
     )
-    assert s.scfg.queue_capacity == 32
+    assert s.machine.spec.staleness.queue_capacity == 32

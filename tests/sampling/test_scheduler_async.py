@@ -15,9 +15,9 @@ from agentjax.sampling.staleness import Admission
 MODES = [("sync", None), ("async", None), ("windowed_fifo", 4), ("windowed_fifo", 16)]
 
 
-def learner(params, batch):
+def learner(params, train):
     """A toy pure learner whose result depends on the batch's order and tokens."""
-    x = np.array([c.trajectory.turns[-1].action[:8].astype(np.float64).sum() for c in batch])
+    x = np.array([c.trajectory.turns[-1].action[:8].astype(np.float64).sum() for c in train.batch])
     return params * 0.5 + np.sin(x * np.arange(1, x.size + 1)).sum()
 
 
@@ -222,7 +222,7 @@ def test_snapshot_restore_continues_exactly(mode, window, budget):
 
     straight = make().run(10).finish()
     first = make().run(4)
-    assert first.paused or first.running  # the snapshot holds work in flight
+    assert first.state.paused or first.state.running  # the snapshot holds work in flight
     blob = first.snapshot()
     journal = dict(first.traj)  # what the journal holds: every trajectory produced so far
     del first  # as if the process died

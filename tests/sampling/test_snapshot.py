@@ -13,8 +13,8 @@ from agentjax.sampling import staleness as stl
 from agentjax.sampling.simulated import SimulatedWorker, long_tailed_workload
 
 
-def _learner(params, batch):
-    return params + len(batch)
+def _learner(params, train):
+    return params + len(train.batch)
 
 
 def _scheduler(n=40):
@@ -42,9 +42,10 @@ def test_snapshot_is_versioned_json_with_named_fields_not_pickle(blobs):
     _, late, _ = blobs
     head, body = late.split(b"\n", 1)
     head = json.loads(head)
-    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == snap.VERSION == 2
+    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == snap.VERSION == 3
     state = json.loads(body)
-    assert set(sch.SNAPSHOT_FIELDS) | {"executor", "gate"} == set(state)
+    assert set(snap.FIELDS) == set(state)
+    assert state["machine"]["$obj"] == "agentjax.sampling.schedstate:SchedulerState"  # one value
     assert not late.startswith(b"\x80")  # not a pickle stream
 
 
@@ -55,8 +56,10 @@ def test_snapshot_holds_only_unresolved_trajectories(blobs):
     assert trained >= 96 and len(s.traj) >= trained  # in memory: all of them
     for blob in (early, late):
         state = snap.loads(blob)
-        assert len(state["traj"]) <= 8 + 4 * 8  # slots + queue: bounded, not growing
-        assert len(state["state"]) <= 8 + 4 * 8  # paused rollouts: bounded the same way
+        machine = state["machine"]
+        assert len(machine.traj) <= 8 + 4 * 8  # slots + queue: bounded, not growing
+        assert len(machine.records) <= 8 + 4 * 8  # live submissions only, the same bound
+        assert len(machine.resumable) <= 8 + 4 * 8  # paused rollouts: bounded the same way
         assert all(c.trajectory is None for b in state["batches"] for c in b)
         # what grows with the steps is one small record and a few events per submission
         per_submission = (
@@ -88,12 +91,12 @@ def test_restored_run_continues_like_the_straight_one(blobs):
         (lambda b: b"", r"run/scheduler_3 is not an agentjax scheduler snapshot"),
         (lambda b: pickle.dumps({"version": 3}), r"not an agentjax scheduler snapshot"),
         (
-            lambda b: b.replace(b'"version": 2', b'"version": 3', 1),
-            r"format version 3; this agentjax reads version 2 only \(a newer agentjax",
+            lambda b: b.replace(b'"version": 3', b'"version": 4', 1),
+            r"format version 4; this agentjax reads version 3 only \(a newer agentjax",
         ),
-        (  # version 1: the configs still held the batch size
-            lambda b: b.replace(b'"version": 2', b'"version": 1', 1),
-            r"format version 1; this agentjax reads version 2 only \(an older agentjax",
+        (  # version 2: the scheduler object's attributes, before the machine
+            lambda b: b.replace(b'"version": 3', b'"version": 2', 1),
+            r"format version 2; this agentjax reads version 3 only \(an older agentjax",
         ),
     ],
 )
@@ -182,7 +185,7 @@ def test_retry_state_survives_a_snapshot():
 
     straight = make().run(8).finish()
     first = make().run(3)
-    assert first.retry_states  # faults were retried before the snapshot
+    assert first.state.retry_states  # faults were retried before the snapshot
     again = (
         sch.Scheduler.restore(
             first.snapshot(),
