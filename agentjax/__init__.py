@@ -1,0 +1,42 @@
+"""agentjax: reinforcement learning for LLM agents in JAX.
+
+What a notebook needs, at the top level (imported on first use, so ``import agentjax`` stays
+light)::
+
+    import agentjax
+    from configs.default import get_config
+    cfg = get_config()
+    summary = agentjax.train(cfg, "/tmp/run")            # python -m launch.train
+    report = agentjax.evaluate(cfg, workdir="/tmp/run")  # python -m launch.eval
+    run = agentjax.parse_config(cfg)                     # the typed RunConfig, checked
+
+The pieces live in the subpackages: ``policy`` (model, tokenizers, HF import), ``sampling``
+(sampler, rollouts, the scheduler machine and its driver, executors), ``objectives`` (the
+losses as pure functions), ``learner``, ``envs`` (the environment protocol, sandbox, faults),
+``tasks`` (the task suites and the doors for your own), ``diagnostics`` and ``sharding``.
+"""
+
+import importlib
+
+# name -> "module:attribute", resolved on first access
+_EXPORTS = {
+    "train": "agentjax.system:train",
+    "evaluate": "agentjax.evaluation:run_eval",
+    "parse_config": "agentjax.runconfig:parse",
+    "RunConfig": "agentjax.runconfig:RunConfig",
+    "ConfigError": "agentjax.runconfig:ConfigError",
+    "ModelConfig": "agentjax.policy.config:ModelConfig",
+    "SchedulerConfig": "agentjax.sampling.runlog:SchedulerConfig",
+    "StalenessConfig": "agentjax.sampling.staleness:StalenessConfig",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'agentjax' has no attribute {name!r}")
+    module, attr = _EXPORTS[name].split(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

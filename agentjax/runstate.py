@@ -178,20 +178,7 @@ class RunState:
         self.curriculum, self.curriculum_state = loopparts.make_curriculum(run.curriculum), None
         self.journal_count = 0  # records in the journal (the checkpoint's "journaled")
         self.sampler_version = 0
-        self.worker = SamplerWorker(
-            self.sampler,
-            parts.codec,
-            run.caps,
-            parts.make_env,
-            rng=jax.random.key(run.seed + 1),
-            gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
-            context=make_context_policy(run.context.policy, run.context.arg),
-        )
-        if multihost.is_distributed():  # each process samples its share of every call's rounds
-            self.worker.exchange = Exchange.of_jax(run.placement.peer_timeout_s)
-        if run.scheduler.engine_slots:  # the slot engine; same trajectories as Rollout in exact mode
-            self.worker.engine = Engine(self.sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
-            self.worker.pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
+        self.worker = make_worker(run, parts, self.sampler)
 
     def on_mesh(self, state):
         """``state`` with its process-local leaves (step counter, rng, optimizer counts) placed on
@@ -304,6 +291,30 @@ class RunState:
         if self.writer:
             self.journal.append(done)
         self.journal_count += len(done)
+
+
+def make_worker(run: runconfig.RunConfig, parts: Parts, sampler) -> SamplerWorker:
+    """The run's rollout worker, built whole: the slot engine and its environment pool when
+    ``scheduler.engine_slots`` > 0 (same trajectories as lock-step in exact mode), and with
+    several processes the exchange through which each samples its share of every call's rounds."""
+    engine = pool = exchange = None
+    if run.scheduler.engine_slots:
+        engine = Engine(sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
+        pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
+    if multihost.is_distributed():
+        exchange = Exchange.of_jax(run.placement.peer_timeout_s)
+    return SamplerWorker(
+        sampler,
+        parts.codec,
+        run.caps,
+        parts.make_env,
+        rng=jax.random.key(run.seed + 1),
+        gen_seconds_per_token=run.scheduler.gen_seconds_per_token,
+        context=make_context_policy(run.context.policy, run.context.arg),
+        engine=engine,
+        pool=pool,
+        exchange=exchange,
+    )
 
 
 def learner_rows(run: runconfig.RunConfig) -> int:

@@ -101,8 +101,8 @@ def make(
     spec = Spec(config, staleness, batch_size, group_size, mode_of(config), drop, admission, drift, retry)
     barrier = isinstance(spec.mode, Sync)
     rules = _Rules(
-        fill=rules_.fill_sync if barrier else rules_.fill_async,
-        next_take=rules_.next_take_groups if drop else rules_.next_take,
+        fill=rules_.Consumption.fill_sync if barrier else rules_.Consumption.fill_async,
+        next_take=rules_.Consumption.next_take_groups if drop else rules_.Consumption.next_take,
         barrier=barrier,
     )
 
@@ -125,7 +125,7 @@ class _Rules(NamedTuple):
     barrier: bool  # sync: train only once the round is complete
 
 
-class _Work:
+class _Work(rules_.Consumption):
     """One step's working copy of the state (its containers copied, records copied on first
     change); :meth:`freeze` makes the new state. Never outlives the step."""
 
@@ -141,7 +141,6 @@ class _Work:
         self.retry_queue, self.retry_of = list(s.retry_queue), dict(s.retry_of)
         self.retry_states, self.submitted = dict(s.retry_states), s.submitted
         self.offered, self.exhausted, self.drawn = list(s.offered), s.exhausted, s.drawn
-        self.touched: set[int] = set()  # records already copied in this step
         self.dead: list[int] = []  # resolved in this step: they leave the state
         self.out: list = []
 
@@ -168,7 +167,7 @@ class _Work:
         if self.steps < self.target:
             try:
                 self.rules.fill(self)
-                rules_.maybe_train(self)
+                self.maybe_train()
                 self.rules.fill(self)
             except rules_.NeedTasks as need:
                 self.out.append(Draw(need.count))
@@ -193,12 +192,10 @@ class _Work:
         return state, tuple(self.out)
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def rec(self, index: int) -> Record:
-        """Submission ``index``'s record, copied before this step first changes it."""
-        if index not in self.touched:
-            self.records[index] = dataclasses.replace(self.records[index])
-            self.touched.add(index)
-        return self.records[index]
+    def update(self, index: int, **changes) -> Record:
+        """Submission ``index``'s record with ``changes`` (records are immutable values)."""
+        rec = self.records[index] = dataclasses.replace(self.records[index], **changes)
+        return rec
 
     def log(self, kind: str, index: int) -> None:
         self.out.append(Note(self.now, kind, index, self.version))
@@ -207,8 +204,7 @@ class _Work:
         self.st = stl.update(self.st, Event(kind, **kw))
 
     def resolve(self, index: int, terminal: Terminal, reason: str = "", taken: bool = False) -> None:
-        rec = self.rec(index)
-        rec.terminal, rec.reason, rec.resolve_time = terminal, reason, self.now
+        self.update(index, terminal=terminal, reason=reason, resolve_time=self.now)
         if not taken:  # a taken sample already left the window
             self.resolve_window(index)
         self.log(terminal.value, index)
@@ -235,14 +231,13 @@ class _Work:
         self.records[index] = Record(
             index, str(task.task_id), str(task.task_class), self.now, self.version, resume=self.cfg.resume
         )
-        self.touched.add(index)
         self.task[index] = task
         self.event(Kind.SUBMIT)
         self.log("submit", index)
         return index
 
     def start_round(self, index: int) -> None:
-        rec = self.rec(index)
+        rec = self.records[index]
         item = WorkItem(
             self.task[index],
             self.version,
@@ -254,7 +249,7 @@ class _Work:
         self.out.append(StartRound(index, item))
         self.running[index] = (self.now, self.version)
         if rec.behaviour_version < 0:
-            rec.behaviour_version = self.version
+            self.update(index, behaviour_version=self.version)
         self.log("resume" if rec.rounds else "start", index)
 
     # -- events ------------------------------------------------------------------------------
@@ -308,31 +303,34 @@ class _Work:
 
     def account_busy(self, index: int) -> tuple[float, int]:
         start, version = self.running.pop(index)
-        self.rec(index).busy_time += self.now - start
+        self.update(index, busy_time=self.records[index].busy_time + self.now - start)
         return start, version
 
     def on_round(self, index: int, result) -> None:
-        rec = self.rec(index)
         start, version = self.account_busy(index)
-        rec.rounds += 1
+        rec = self.update(index, rounds=self.records[index].rounds + 1)
         if isinstance(result, Failure):
             self.event(Kind.FAIL)
             self.resolve(index, Terminal.FAILED, repr(result.error))
             return self.group_outcome(index)
-        rec.generation_time += result.generation_time
-        rec.env_time += result.env_time
-        rec.recompute_time += result.recompute_time
-        rec.env_intervals = rec.env_intervals + [(start + a, start + b) for a, b in result.env_intervals]
+        rec = self.update(
+            index,
+            generation_time=rec.generation_time + result.generation_time,
+            env_time=rec.env_time + result.env_time,
+            recompute_time=rec.recompute_time + result.recompute_time,
+            env_intervals=rec.env_intervals + [(start + a, start + b) for a, b in result.env_intervals],
+        )
         traj = dataclasses.replace(result.trajectory, submit_index=index)
         self.traj[index] = traj
         self.out.append(Finished(index, traj))
         if result.paused:
-            rec.pauses += 1
+            self.update(index, pauses=rec.pauses + 1)
             self.resumable[index] = result.state
             self.paused[index] = version
             return self.log("pause", index)
-        rec.stop_reason = traj.stop_reason.value
-        rec.complete_time, rec.complete_version = self.now, self.version
+        self.update(
+            index, stop_reason=traj.stop_reason.value, complete_time=self.now, complete_version=self.version
+        )
         self.event(Kind.COMPLETE)
         self.log("complete", index)
         if traj.final_reward is None:  # masked in take (its group outcome counts there)

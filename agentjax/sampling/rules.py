@@ -1,9 +1,9 @@
 """The scheduler machine's rules of filling slots and forming learner batches.
 
-Functions over one step's working state ``w`` (:class:`agentjax.sampling.machine._Work`):
-:func:`make <agentjax.sampling.machine.make>` picks the mode's fill (:func:`fill_async` or
-:func:`fill_sync`) and the gate's take rule (:func:`next_take` or :func:`next_take_groups`)
-once; :func:`maybe_train` forms a batch and emits the ``Train`` command.
+Methods of one step's working state (:class:`Consumption`, a base of the machine's ``_Work``):
+:func:`make <agentjax.sampling.machine.make>` picks the mode's fill (``fill_async`` or
+``fill_sync``) and the gate's take rule (``next_take`` or ``next_take_groups``) once;
+``maybe_train`` forms a batch and emits the ``Train`` command.
 """
 
 from __future__ import annotations
@@ -23,144 +23,140 @@ class NeedTasks(Exception):  # noqa: N818 - control flow inside one step, never 
         self.count = count
 
 
-# -- filling slots (the mode's rule) ----------------------------------------------------------
-def fill_async(w) -> None:
-    while len(w.running) < w.cfg.num_slots:
-        # A paused rollout waits for a newer version, unless nothing else can produce one.
-        stalled = not w.running and not w.training
-        ready = next((i for i, v in w.paused.items() if v < w.version or stalled), None)
-        if ready is not None:
-            del w.paused[ready]
-            w.start_round(ready)
-            continue
-        if stl.capacity(w.st, w.spec.staleness, w.spec.batch_size) <= 0:
-            return
-        index = w.submit_new(w.cfg.num_slots - len(w.running))
-        if index is None:
-            return
-        w.start_round(index)
+class Consumption:
+    """The rules as methods of one step's working state (the machine's ``_Work`` inherits them:
+    they change only that object's own fields)."""
 
-
-def fill_sync(w) -> None:
-    if not w.round_open and not w.training:
-        size = w.spec.batch_size - len(w.batch)  # dynamic sampling: what its drops left
-        unit = w.gate.group_size
-        size = -(-size // unit) * unit  # whole groups
-        units = list(w.paused)[:size]
-        short = size - len(units) - len(w.retry_queue) - len(w.offered)
-        if short > 0 and not w.exhausted:
-            raise NeedTasks(short)  # before anything changes: the round is drawn whole
-        for i in units:
-            del w.paused[i]
-        while len(units) < size:
-            index = w.submit_new(0)
+    # -- filling slots (the mode's rule) -----------------------------------------------------
+    def fill_async(self) -> None:
+        while len(self.running) < self.cfg.num_slots:
+            # A paused rollout waits for a newer version, unless nothing else can produce one.
+            stalled = not self.running and not self.training
+            ready = next((i for i, v in self.paused.items() if v < self.version or stalled), None)
+            if ready is not None:
+                del self.paused[ready]
+                self.start_round(ready)
+                continue
+            if stl.capacity(self.st, self.spec.staleness, self.spec.batch_size) <= 0:
+                return
+            index = self.submit_new(self.cfg.num_slots - len(self.running))
             if index is None:
-                break
-            units.append(index)
-        w.round_queue, w.round_open = units, bool(units)
-    while w.round_queue and len(w.running) < w.cfg.num_slots:
-        w.start_round(w.round_queue.pop(0))
+                return
+            self.start_round(index)
 
+    def fill_sync(self) -> None:
+        if not self.round_open and not self.training:
+            size = self.spec.batch_size - len(self.batch)  # dynamic sampling: what its drops left
+            unit = self.gate.group_size
+            size = -(-size // unit) * unit  # whole groups
+            units = list(self.paused)[:size]
+            short = size - len(units) - len(self.retry_queue) - len(self.offered)
+            if short > 0 and not self.exhausted:
+                raise NeedTasks(short)  # before anything changes: the round is drawn whole
+            for i in units:
+                del self.paused[i]
+            while len(units) < size:
+                index = self.submit_new(0)
+                if index is None:
+                    break
+                units.append(index)
+            self.round_queue, self.round_open = units, bool(units)
+        while self.round_queue and len(self.running) < self.cfg.num_slots:
+            self.start_round(self.round_queue.pop(0))
 
-# -- consuming ---------------------------------------------------------------------------
-def _take(w, index: int) -> None:
-    del w.completed[index]
-    rec, traj = w.rec(index), w.traj[index]
-    if traj.final_reward is None:  # infra fault: masked, never a silent zero
-        w.event(Kind.MASK)
-        again = None
-        if w.spec.retry is not None:
-            origin = w.retry_of.get(index, index)
-            st, again = w.spec.retry(w.retry_states.get(origin), w.task[index], traj)
-            w.retry_states[origin] = st
-            if again is not None:
-                w.retry_queue.append((origin, again))
-        w.resolve(index, Terminal.MASKED, traj.label or "no reward")
-        if again is None:  # the member's last outcome (a retry would bring another)
-            w.group_outcome(index)
-        return
-    rec.consume_version = w.version
-    scfg = w.spec.staleness
-    info = stl.SampleInfo(
-        version_gap=rec.version_gap,
-        task_class=rec.task_class,
-        drift=None if w.spec.drift is None else w.spec.drift(traj, w.version),
-        queue_pressure=stl.queue_pressure(w.st, scfg),
-    )
-    decision = w.spec.admission(info, scfg)
-    rec.admission, rec.weight = decision.admission, decision.weight
-    if decision.admission == Admission.REJECT:
-        w.event(Kind.REJECT)
-        return w.resolve(index, Terminal.REJECTED_STALE, decision.reason)
-    w.batch.append(Consumed(index, traj, decision.weight, decision.admission))
-    w.resolve_window(index)  # the window advances as its head is taken
-
-
-def maybe_train(w) -> None:
-    if w.training:
-        return
-    if w.rules.barrier:
-        if not w.round_open or w.running or w.round_queue:
+    # -- consuming ---------------------------------------------------------------------------
+    def _take(self, index: int) -> None:
+        del self.completed[index]
+        rec, traj = self.records[index], self.traj[index]
+        if traj.final_reward is None:  # infra fault: masked, never a silent zero
+            self.event(Kind.MASK)
+            again = None
+            if self.spec.retry is not None:
+                origin = self.retry_of.get(index, index)
+                st, again = self.spec.retry(self.retry_states.get(origin), self.task[index], traj)
+                self.retry_states[origin] = st
+                if again is not None:
+                    self.retry_queue.append((origin, again))
+            self.resolve(index, Terminal.MASKED, traj.label or "no reward")
+            if again is None:  # the member's last outcome (a retry would bring another)
+                self.group_outcome(index)
             return
-        w.round_open = False
-    full = _fill_batch(w)
-    if len(w.batch) < w.spec.batch_size and not full:
-        # sync trains the round it has (short when episodes were masked), unless dynamic
-        # sampling dropped groups from it: then another round samples the missing ones
-        if not w.rules.barrier or w.gate.dropped:
+        rec = self.update(index, consume_version=self.version)
+        scfg = self.spec.staleness
+        info = stl.SampleInfo(
+            version_gap=rec.version_gap,
+            task_class=rec.task_class,
+            drift=None if self.spec.drift is None else self.spec.drift(traj, self.version),
+            queue_pressure=stl.queue_pressure(self.st, scfg),
+        )
+        decision = self.spec.admission(info, scfg)
+        self.update(index, admission=decision.admission, weight=decision.weight)
+        if decision.admission == Admission.REJECT:
+            self.event(Kind.REJECT)
+            return self.resolve(index, Terminal.REJECTED_STALE, decision.reason)
+        self.batch.append(Consumed(index, traj, decision.weight, decision.admission))
+        self.resolve_window(index)  # the window advances as its head is taken
+
+    def maybe_train(self) -> None:
+        if self.training:
             return
-    if w.batch:
-        _start_step(w)
+        if self.rules.barrier:
+            if not self.round_open or self.running or self.round_queue:
+                return
+            self.round_open = False
+        full = self._fill_batch()
+        if len(self.batch) < self.spec.batch_size and not full:
+            # sync trains the round it has (short when episodes were masked), unless dynamic
+            # sampling dropped groups from it: then another round samples the missing ones
+            if not self.rules.barrier or self.gate.dropped:
+                return
+        if self.batch:
+            self._start_step()
 
+    def _fill_batch(self) -> bool:
+        """Takes completed trajectories into the batch; True when the next would not fit."""
+        while len(self.batch) < self.spec.batch_size:
+            index = self.rules.next_take(self)
+            if index is None:
+                return False
+            if index < 0:
+                return True
+            self._take(index)
+        return False
 
-def _fill_batch(w) -> bool:
-    """Takes completed trajectories into the batch; True when the next would not fit."""
-    while len(w.batch) < w.spec.batch_size:
-        index = w.rules.next_take(w)
-        if index is None:
-            return False
-        if index < 0:
-            return True
-        _take(w, index)
-    return False
+    def next_take(self) -> int | None:
+        """The next completed trajectory to take (None: none is ready)."""
+        cands = consumable(self.spec.mode, self.completed, self.head)
+        return cands[0] if cands else None
 
+    def next_take_groups(self) -> int | None:
+        """As :func:`next_take`, with -1 when the batch is full. Under dynamic sampling a group
+        is trained whole, in one batch (its advantages are computed over the members in the
+        batch): the rest of a group the batch has started comes first, window or not, and a
+        group that would not fit waits for the next batch."""
+        cands = consumable(self.spec.mode, self.completed, self.head)
+        started = {self.records[c.index].task_id for c in self.batch}
+        rest = next((i for i in self.completed if self.records[i].task_id in started), None)
+        if rest is not None:
+            return rest
+        members: dict[str, int] = {}
+        for j in self.completed:
+            if self.traj[j].final_reward is not None:
+                tid = self.records[j].task_id
+                members[tid] = members.get(tid, 0) + 1
+        room = self.spec.batch_size - len(self.batch)
+        fits = next((i for i in cands if members.get(self.records[i].task_id, 0) <= room), None)
+        return fits if fits is not None else (-1 if cands else None)
 
-def next_take(w) -> int | None:
-    """The next completed trajectory to take (None: none is ready)."""
-    cands = consumable(w.spec.mode, w.completed, w.head)
-    return cands[0] if cands else None
-
-
-def next_take_groups(w) -> int | None:
-    """As :func:`next_take`, with -1 when the batch is full. Under dynamic sampling a group
-    is trained whole, in one batch (its advantages are computed over the members in the
-    batch): the rest of a group the batch has started comes first, window or not, and a
-    group that would not fit waits for the next batch."""
-    cands = consumable(w.spec.mode, w.completed, w.head)
-    started = {w.records[c.index].task_id for c in w.batch}
-    rest = next((i for i in w.completed if w.records[i].task_id in started), None)
-    if rest is not None:
-        return rest
-    members: dict[str, int] = {}
-    for j in w.completed:
-        if w.traj[j].final_reward is not None:
-            tid = w.records[j].task_id
-            members[tid] = members.get(tid, 0) + 1
-    room = w.spec.batch_size - len(w.batch)
-    fits = next((i for i in cands if members.get(w.records[i].task_id, 0) <= room), None)
-    return fits if fits is not None else (-1 if cands else None)
-
-
-def _start_step(w) -> None:
-    batch, w.batch = w.batch, []
-    trained = []
-    for c in batch:
-        rec = w.rec(c.index)
-        w.event(Kind.TRAIN, gen_gap=rec.gen_gap, queue_gap=rec.queue_gap)
-        rec.terminal, rec.resolve_time = Terminal.TRAINED, w.now
-        timings = {**c.trajectory.timings, "queue": w.now - rec.complete_time}
-        trained.append(c._replace(trajectory=dataclasses.replace(c.trajectory, timings=timings)))
-        w.log("trained", c.index)
-        w.dead.append(c.index)
-    w.out.append(Train(tuple(trained), w.now, w.gate.account()))
-    w.training = True
+    def _start_step(self) -> None:
+        batch, self.batch = self.batch, []
+        trained = []
+        for c in batch:
+            rec = self.update(c.index, terminal=Terminal.TRAINED, resolve_time=self.now)
+            self.event(Kind.TRAIN, gen_gap=rec.gen_gap, queue_gap=rec.queue_gap)
+            timings = {**c.trajectory.timings, "queue": self.now - rec.complete_time}
+            trained.append(c._replace(trajectory=dataclasses.replace(c.trajectory, timings=timings)))
+            self.log("trained", c.index)
+            self.dead.append(c.index)
+        self.out.append(Train(tuple(trained), self.now, self.gate.account()))
+        self.training = True

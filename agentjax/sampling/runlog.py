@@ -78,9 +78,10 @@ class SchedulerConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Record:
-    """The scheduler's account of one submission (its ``index`` is the submission order)."""
+    """The scheduler's account of one submission (its ``index`` is the submission order): an
+    immutable value (the scheduler machine replaces it as the submission's life goes on)."""
 
     index: int
     task_id: str

@@ -260,8 +260,8 @@ MUTATIONS = (
         "sync_barrier_open",
         "2 sync vs async: the sync barrier",
         "agentjax/sampling/rules.py",
-        "    if not w.round_open and not w.training:\n",
-        "    if not w.round_open:\n",
+        "        if not self.round_open and not self.training:\n",
+        "        if not self.round_open:\n",
         ("tests/test_realtime.py::test_sync_real_time_never_overlaps",),
     ),
     Mutation(
