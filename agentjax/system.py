@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentjax import loopparts, runconfig
+from agentjax import loopparts, runclock, runconfig
 from agentjax import workdir as files
 from agentjax.learner import checkpoint as ckpt
 from agentjax.learner import resume as durable
@@ -46,12 +46,10 @@ from agentjax.runstate import (
     task_dataset,
 )
 from agentjax.runsummary import progress_line, run_header_line, summarise_run
-from agentjax.sampling import snapshot
 from agentjax.sampling.queue import Clock
-from agentjax.sampling.realtime import RealtimeExecutor
-from agentjax.sampling.replay import ReplayExecutor, read_schedule, write_schedule
+from agentjax.sampling.replay import read_schedule
 from agentjax.sampling.scheduler import Scheduler
-from agentjax.sampling.worker import BatchingExecutor, SamplerWorker
+from agentjax.sampling.worker import SamplerWorker
 from agentjax.sharding import multihost, param_shardings
 from agentjax.tasks import model as task_model
 
@@ -82,16 +80,10 @@ def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict]:
     }
 
 
-def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, replay=None, version=0) -> Scheduler:
+def _scheduler(parts: Parts, worker: SamplerWorker, r: RunState, tasks, executor, version=0) -> Scheduler:
     """A fresh scheduler at ``version`` (the learner's job returns version numbers: they are its
-    parameters)."""
+    parameters) on ``executor`` (the run clock's)."""
     run = parts.run
-    if replay is not None:
-        executor = ReplayExecutor(replay)
-    elif run.scheduler.clock == Clock.REAL:
-        executor = RealtimeExecutor()
-    else:
-        executor = BatchingExecutor()
     return Scheduler(
         tasks,
         worker,
@@ -159,16 +151,15 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
     checked (and locked)."""
     os.makedirs(workdir, exist_ok=True)
     r = RunState(parts, workdir, log)
+    clock = runclock.choose(run.scheduler.clock, schedule, replay or "")
     ckdir = os.path.join(workdir, "checkpoints")
     refdir = os.path.join(workdir, "reference")
     params0 = _initial_params(parts, r.placement)
     worker = r.worker
     last_eval = resumed_at = None
     if resume:
-        fresh = None  # real time: a fresh scheduler that samples the checkpoint's redo record first
-        if run.scheduler.clock == Clock.REAL:
-            fresh = lambda t, version: _scheduler(parts, worker, r, t, version=version)  # noqa: E731
-        header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir, fresh)
+        fresh = lambda t, version, ex: _scheduler(parts, worker, r, t, ex, version)  # noqa: E731
+        header, scheduler, tasks, last_eval = files.resume_run(r, params0, ckdir, clock, fresh)
         resumed_at = scheduler.steps
         if run.loss.kl_coef:
             r.ref_params = ckpt.restore_checkpoint(refdir, params0, step=0).state
@@ -209,7 +200,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
             r.ref_params = r.state.params
             ckpt.save_checkpoint(refdir, 0, r.ref_params)
         tasks = iter(task_dataset(parts))
-        scheduler = _scheduler(parts, worker, r, tasks, schedule)
+        scheduler = _scheduler(parts, worker, r, tasks, clock.executor())
     r.attach(scheduler.version, [i for i, _ in scheduler.finished_trajectories(include_paused=True)])
     start = (scheduler.steps, time.perf_counter())  # the ETA's pace: this process's steps
     while scheduler.steps < run.rl.steps:
@@ -230,10 +221,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
         log(progress_line(rows, scheduler, r, last_eval, start))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             os.makedirs(ckdir, exist_ok=True)
-            if run.scheduler.clock == Clock.VIRTUAL:
-                blob = scheduler.snapshot()
-            else:  # real time: threads hold the work in flight; --resume samples it again
-                blob = snapshot.dumps(files.redo_record(scheduler, tasks, r.index_base))
+            blob = clock.checkpoint_blob(scheduler, tasks, r.index_base)
             if r.writer:
                 files.atomic_write(durable.snapshot_path(ckdir, step), blob)
             ckpt.save_checkpoint(
@@ -253,14 +241,7 @@ def _train(run, cfg, parts: Parts, workdir: str, *, resume, replay, schedule, lo
                 durable.prune_snapshots(ckdir, kept)  # with their checkpoints
     runlog = scheduler.finish()
     summary = summarise_run(r, scheduler, runlog, header, last_eval)
-    if isinstance(scheduler.ex, RealtimeExecutor):  # how much sampling and learning overlapped
-        scheduler.ex.close()
-        summary["realtime"] = scheduler.ex.report()
-        write_schedule(
-            workdir, files.config_record(run), scheduler.ex.delivered, scheduler.step_end_times, resumed_at
-        )
-    if schedule is not None:
-        summary["replayed"] = os.path.abspath(replay)
+    summary.update(clock.finish(scheduler, workdir, files.config_record(run), resumed_at))
     if worker.exchange is not None:  # several processes: how the rounds were split
         summary["processes"] = worker.exchange.report()
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events

@@ -1,12 +1,9 @@
 """A run's files in its workdir: metrics rows, atomic writes, the stored config, and the resume
 that reconciles checkpoint, scheduler snapshot, metrics and journal before changing anything.
 
-A virtual-clock run resumes exactly from its scheduler snapshot. A real-time run cannot (threads
-hold its work in flight): its checkpoints store a *redo record* instead (:func:`redo_record`: the
-tasks drawn but not resolved, as whole GRPO groups under dynamic sampling, and how many
-submissions there were), and ``--resume`` continues from the checkpoint with a fresh scheduler
-that samples those tasks again first (:class:`Redo`), then the task stream from its checkpointed
-position. Nothing drawn is lost; the episodes that were in flight are sampled anew."""
+What the scheduler part of a checkpoint holds, and how a resume rebuilds the scheduler from it,
+depends on the clock (:mod:`agentjax.runclock`: a snapshot restored exactly on the virtual
+clock, a redo record sampled again in real time)."""
 
 from __future__ import annotations
 
@@ -24,7 +21,6 @@ from agentjax.learner.step import init_train_state
 from agentjax.runstate import RunState, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
-from agentjax.sampling.worker import BatchingExecutor
 
 
 class WorkdirError(RuntimeError):
@@ -149,40 +145,14 @@ def snapshot_intact(path: str) -> bool:
         return False
 
 
-class Redo:
-    """A task source: the ``pending`` tasks first, then ``rest``'s (whose state checkpoints)."""
-
-    def __init__(self, rest, pending):
-        self.rest, self.pending = rest, list(pending)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.pending.pop(0) if self.pending else next(self.rest)
-
-    def get_state(self):
-        return self.rest.get_state()
-
-
-def redo_record(scheduler: Scheduler, tasks, base: int) -> dict:
-    """A real-time checkpoint's resume record: the tasks to sample again
-    (:meth:`Scheduler.redo_tasks`, then those a previous resume left to redo) and the
-    submissions so far (``base``: before a resume)."""
-    return {
-        "kind": "realtime",
-        "redo": scheduler.redo_tasks() + list(getattr(tasks, "pending", [])),
-        "submitted": base + len(scheduler.records),
-    }
-
-
-def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
+def resume_run(r: RunState, params0, ckdir: str, clock, fresh_scheduler):
     """Restores the newest checkpoint after checking that everything agrees (see
     :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it.
 
-    ``fresh_scheduler(tasks, version)`` (a real-time run): builds the scheduler that continues,
-    instead of restoring the snapshot, at the checkpoint's version; it samples the checkpoint's
-    redo record first. Returns the header, the scheduler, the task source and the last eval."""
+    ``clock`` (:mod:`agentjax.runclock`) rebuilds the scheduler from the checkpoint's blob: the
+    snapshot restored (virtual clock), or ``fresh_scheduler(tasks, version, executor)`` at the
+    checkpoint's version sampling its redo record first (real time). Returns the header, the
+    scheduler, the task source and the last eval."""
     run, log = r.parts.run, r.log
     steps = ckpt.all_steps(ckdir)
     if not steps:
@@ -208,24 +178,12 @@ def resume_run(r: RunState, params0, ckdir: str, fresh_scheduler=None):
     try:
         with open(path, "rb") as f:
             blob = f.read()
-        if fresh_scheduler is None:
-            scheduler = Scheduler.restore(
-                blob,
-                tasks,
-                r.worker,
-                r.learner,
-                skip_drawn=False,
-                executor=BatchingExecutor(),
-                source=path,
-                retry=loopparts.retry_policy(run),
-            )
-        else:
-            rec = snapshot.loads(blob, source=path, fields=("kind", "redo", "submitted"))
-            if rec["kind"] != "realtime":
-                raise snapshot.SnapshotError(f"{path} is a virtual-clock snapshot, not a redo record")
-            tasks = Redo(tasks, rec["redo"])
-            scheduler = fresh_scheduler(tasks, step)  # the learner's version so far
-            r.index_base = rec["submitted"]
+        restore = lambda blob, tasks, ex, source: Scheduler.restore(  # noqa: E731
+            blob, tasks, r.worker, r.learner, skip_drawn=False, executor=ex, source=source,
+            retry=loopparts.retry_policy(run),
+        )  # fmt: skip
+        resumed = clock.resume(blob, path, step, tasks, fresh_scheduler, restore)
+        scheduler, tasks, r.index_base = resumed.scheduler, resumed.tasks, resumed.index_base
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
