@@ -4,6 +4,7 @@ import json
 import os
 
 from agentjax import report
+from configs import default, smoke
 
 PNGS = ("curves.png", "labels.png", "staleness.png", "delta.png", "masked.png", "classes.png")
 HEADER = {
@@ -115,8 +116,12 @@ SUMMARY = {
 }
 
 
-def _workdir(path, rows, summary=None):
+def _workdir(path, rows, summary=None, config=None):
+    """A workdir as a run leaves it; ``config``: its ``run_config.json`` (the config it started with)."""
     os.makedirs(path, exist_ok=True)
+    if config is not None:
+        with open(os.path.join(path, "run_config.json"), "w") as f:
+            json.dump(config.to_dict(), f)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
     if summary is not None:
@@ -125,7 +130,8 @@ def _workdir(path, rows, summary=None):
     return str(path)
 
 
-def _full(tmp_path, summary=None):
+def _full(tmp_path, summary=None, config=None):
+    """A finished run's workdir; its config the default run's unless given."""
     rows = [
         {"step": 0, "header": HEADER, **_eval(0, 0.40625)},
         _train(1),
@@ -135,7 +141,8 @@ def _full(tmp_path, summary=None):
         _train(4),
         _eval(4, 0.8125, h=0.0625, hack=0.1875),
     ]
-    return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary)
+    config = default.get_config() if config is None else config
+    return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary, config)
 
 
 CONSISTENCY = {
@@ -216,7 +223,7 @@ def test_report_shows_the_slot_engine_and_the_real_time_overlap(tmp_path):
 
 def test_header_only_run_degrades_with_notes(tmp_path):
     wd = _workdir(tmp_path / "early", [{"step": 0, "header": HEADER, **_eval(0, 0.40625)}])
-    md = open(report.write_report(wd)).read()
+    md = open(report.write_report(wd, targets=default.TARGETS)).read()
     assert "no summary.json" in md
     assert "_No training steps yet._" in md
     assert "No cost ledger in summary.json" in md
@@ -280,3 +287,19 @@ def test_a_ratio_axis_has_distinct_tick_labels_near_one_and_across_decades():
         ax.figure.canvas.draw()
         labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
         assert ax.get_yscale() == scale and len(labels) == len(set(labels)) > 1, labels
+
+
+def test_the_targets_section_only_where_the_run_declares_targets(tmp_path):
+    """The default run's config declares the learning targets; a config built on it (smoke) or
+    an explicit ``targets={}`` declares none, and its report checks none."""
+    assert report.load(_full(tmp_path / "d"))["targets"] == default.TARGETS
+    for wd, targets in (
+        (_full(tmp_path / "s", config=smoke.get_config()), None),
+        (_full(tmp_path / "e"), {}),
+    ):
+        md = open(report.write_report(wd, targets=targets)).read()
+        assert "Learning targets" not in md and "vs >= 70" not in md
+        assert "81.2% [71.2%, 91.2%] on 64 tasks, step 4" in md  # the rest of the headline stays
+    md = open(report.write_report(_full(tmp_path / "o"), targets={"success": 0.9})).read()
+    assert "this eval: 64 held-out tasks): success 81.2 pts vs >= 90 (NOT met)" in md
+    assert "gain over rl start" not in md  # only what the run declares
