@@ -73,6 +73,9 @@ def test_end_to_end_prints_progress_and_leaves_outputs(reference):
     assert all(r["version_gap_max"] <= 2 for r in train)  # the configured bound
     summary = json.load(open(os.path.join(wd, "summary.json")))
     assert summary["final_eval"]["eval/n"] == 16
+    for r in (r for r in rows if "eval/success" in r):  # readable sample episodes, every eval
+        assert len(r["eval/samples"]) == 3 and r["eval/samples"][0]["text"].startswith("[prompt] repo")
+        assert {"task_id", "label", "reward", "stop"} <= set(r["eval/samples"][0])
 
 
 def _tensorboard(wd):
@@ -89,10 +92,10 @@ def _tensorboard(wd):
 
 
 def test_tensorboard_has_the_runs_training_signals_in_one_event_file(reference):
-    """Warm-start loss, learning rate, trained tokens/s and completion length, all in the run's
-    one event file."""
+    """Warm-start loss, learning rate, trained tokens/s, completion length and the sample
+    episodes (text) of every eval, all in the run's one event file."""
     wd, _ = reference
-    files, by_step, _ = _tensorboard(wd)
+    files, by_step, texts = _tensorboard(wd)
     assert files == ["events.out.tfevents.agentjax"]
     assert sorted(by_step) == list(range(13))
     assert {"header/warm_start/nll_first", "header/warm_start/nll_last"} <= set(by_step[0])
@@ -100,6 +103,8 @@ def test_tensorboard_has_the_runs_training_signals_in_one_event_file(reference):
         assert by_step[step]["optim/learning_rate"] == pytest.approx(1e-3)
         assert by_step[step]["batch/completion_tokens_mean"] > 0
     assert all(by_step[s]["throughput/trained_tokens_per_s"] > 0 for s in range(2, 13))
+    evals = [r["step"] for r in _metrics(wd) if "eval/success" in r]
+    assert texts == {"eval/sample_episodes": evals}
 
 
 @pytest.mark.slow

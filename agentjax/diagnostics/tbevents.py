@@ -14,6 +14,8 @@ other event files from the directory (the per-call files older versions wrote). 
 What a row becomes:
 
 * numeric leaves: scalars (nested dicts flattened with ``/``; strings, lists and None dropped);
+* ``eval/samples`` (:func:`agentjax.diagnostics.episodes.samples`): a text summary
+  ``eval/sample_episodes`` (the text plugin) with the rendered episodes and their verdicts;
 * the step-0 row's ``header``: scalars at step 0, the warm start's first and last loss among them
   (``header/warm_start/nll_first``, ``header/warm_start/nll_last``);
 * ``batch/action_tokens`` over the ``wall`` seconds since this process's previous row: the scalar
@@ -36,10 +38,17 @@ from typing import Any
 
 import tensorboardX
 from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.proto.plugin_text_pb2 import TextPluginData
+from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboardX.proto.tensor_pb2 import TensorProto
+from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboardX.record_writer import masked_crc32c
 
+from agentjax.diagnostics import episodes
+
 EVENT_FILE = "events.out.tfevents.agentjax"  # the run's one event file ("tfevents": TensorBoard reads it)
+SAMPLES_KEY = episodes.KEY
+SAMPLES_TAG = "eval/sample_episodes"
 TOKENS_PER_S = "throughput/trained_tokens_per_s"
 
 _last_wall: dict[str, tuple[int, float]] = {}  # logdir -> (step, wall) of this process's last row
@@ -67,6 +76,21 @@ def _scalar(tag: str, value: float) -> Summary:
     input tensor" for every non-finite value, and a value a row really holds is written as it is
     (the metrics rows themselves hold no NaN where a value is undefined: they omit it)."""
     return Summary(value=[Summary.Value(tag=tensorboardX.summary._clean_tag(tag), simple_value=value)])
+
+
+def text_summary(tag: str, text: str) -> Summary:
+    """A text-plugin summary (TensorBoard's Text tab renders it as Markdown) under ``tag``."""
+    meta = SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(
+            plugin_name="text", content=TextPluginData(version=0).SerializeToString()
+        )
+    )
+    tensor = TensorProto(
+        dtype="DT_STRING",
+        string_val=[text.encode("utf-8")],
+        tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
+    )
+    return Summary(value=[Summary.Value(tag=tag, metadata=meta, tensor=tensor)])
 
 
 def _step(row: Mapping[str, Any]) -> int | None:
@@ -129,6 +153,9 @@ def _events(rows: list[tuple[int, Mapping[str, Any]]], logdir: str) -> list[Even
     for step, row in rows:
         for tag, value in flatten_scalars({k: v for k, v in row.items() if k != "step"}).items():
             add(step, _scalar(tag, value))
+        samples = row.get(SAMPLES_KEY)
+        if isinstance(samples, list) and samples:
+            add(step, text_summary(SAMPLES_TAG, episodes.markdown(samples)))
         wall, tokens = row.get("wall"), row.get("batch/action_tokens")
         if isinstance(wall, (int, float)) and not isinstance(wall, bool):
             prev = _last_wall.get(logdir)

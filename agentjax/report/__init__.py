@@ -6,8 +6,9 @@ the eight problems' diagnostics: reward and held-out success, verdict labels ove
 version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
 in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,
 admitted share per task class and the cost ledger
-``C = generation + environment + verification + training + retry/waste``; it checks the
-learning targets the run declares (its config's ``targets``, stored in
+``C = generation + environment + verification + training + retry/waste``; it shows a few of the
+final evaluation's episodes as text ("Sample episodes", ``eval/samples`` of its metrics row) and
+checks the learning targets the run declares (its config's ``targets``, stored in
 ``run_config.json``; a run without them gets no such check). Every section works
 on whatever is present and says what is missing instead of failing (a run still in progress has
 no ``summary.json``; a run before its first step has no training rows).
@@ -23,6 +24,7 @@ from agentjax.report.sections import (
     cost,
     curves,
     delta,
+    episodes,
     headline,
     labels,
     masked,
@@ -44,6 +46,7 @@ def write_report(workdir: str, targets: dict | None = None) -> str:
         headline(run),
         curves(run, out),
         labels(run, out),
+        episodes(run),
         staleness(run, out),
         delta(run, out, workdir),
         masked(run, out),

@@ -130,6 +130,18 @@ def _workdir(path, rows, summary=None, config=None):
     return str(path)
 
 
+SAMPLES = [
+    {
+        "task_id": "t3",
+        "label": "pass",
+        "reward": 1.0,
+        "stop": "finished",
+        "text": "[prompt] fix f\n[action 1] submit",
+    },
+    {"task_id": "t5", "label": "fail", "reward": 0.0, "stop": "task_cap", "text": "[prompt] fix g"},
+]
+
+
 def _full(tmp_path, summary=None, config=None):
     """A finished run's workdir; its config the default run's unless given."""
     rows = [
@@ -139,7 +151,7 @@ def _full(tmp_path, summary=None, config=None):
         _eval(2, 0.625),
         _train(3),
         _train(4),
-        _eval(4, 0.8125, h=0.0625, hack=0.1875),
+        {**_eval(4, 0.8125, h=0.0625, hack=0.1875), "eval/samples": SAMPLES},
     ]
     config = default.get_config() if config is None else config
     return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary, config)
@@ -229,6 +241,7 @@ def test_header_only_run_degrades_with_notes(tmp_path):
     assert "No cost ledger in summary.json" in md
     assert "success 40.6 pts vs >= 70 (NOT met); gain over rl start 0.0 pts vs >= 25 (NOT met)" in md
     assert "40.6% [30.6%, 50.6%] on 64 tasks, step 0" in md  # the last eval row stands in
+    assert "_No sample episodes: no held-out evaluation recorded them yet._" in md
     for name in PNGS:
         assert os.path.getsize(os.path.join(wd, "report", name)) > 0
 
@@ -303,3 +316,13 @@ def test_the_targets_section_only_where_the_run_declares_targets(tmp_path):
     md = open(report.write_report(_full(tmp_path / "o"), targets={"success": 0.9})).read()
     assert "this eval: 64 held-out tasks): success 81.2 pts vs >= 90 (NOT met)" in md
     assert "gain over rl start" not in md  # only what the run declares
+
+
+def test_the_report_shows_the_final_evals_sample_episodes(tmp_path):
+    md = open(report.write_report(_full(tmp_path))).read()
+    section = md[md.index("## Sample episodes") :]
+    assert "2 episodes of the final held-out evaluation (step 4" in section
+    assert "### episode 1: task `t3`, verdict **pass**, reward 1, stop `finished`" in section
+    assert "```\n[prompt] fix f\n[action 1] submit\n```" in section
+    assert "### episode 2: task `t5`, verdict **fail**, reward 0, stop `task_cap`" in section
+    assert section.index("episode 2") < section.index("## Staleness")

@@ -104,6 +104,24 @@ def test_trained_tokens_per_second_from_consecutive_rows(tmp_path):
     assert got[3][tbevents.TOKENS_PER_S] == pytest.approx(300 / 2)
 
 
+def test_sample_episodes_are_a_text_summary_tensorboard_reads_back(tmp_path):
+    samples = [
+        {"task_id": "t7", "label": "pass", "reward": 1.0, "stop": "finished", "text": "[prompt] fix it"},
+        {"task_id": "t9", "label": "infra_fault", "reward": None, "stop": "infra_fault", "text": "x"},
+    ]
+    tbevents.write_rows(tmp_path, [{"step": 4, "eval/success": 0.5, "eval/samples": samples}])
+    acc = ea.EventAccumulator(str(tmp_path), size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    assert tbevents.SAMPLES_TAG in acc.Tags()["tensors"]
+    assert acc.SummaryMetadata(tbevents.SAMPLES_TAG).plugin_data.plugin_name == "text"
+    (event,) = acc.Tensors(tbevents.SAMPLES_TAG)
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 4
+    assert "task `t7`, verdict **pass**, reward 1" in text and "[prompt] fix it" in text
+    assert "verdict **infra_fault**, reward n/a (masked)" in text
+    assert read_scalars(tmp_path)[4] == {"eval/success": 0.5}  # the list is no scalar
+
+
 def test_non_finite_values_are_written_as_they_are(tmp_path):
     tbevents.write_rows(tmp_path, [{"step": 2, "a": float("inf"), "b": float("nan")}])
     got = read_scalars(tmp_path)[2]
