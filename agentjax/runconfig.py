@@ -14,6 +14,7 @@ every closed choice is a :class:`~agentjax.choice.Choice` enum.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
@@ -142,6 +143,7 @@ class RunConfig:
     checkpoint_every: int = 50  # 0: never
     log_every: int = 5
     report: bool = True
+    targets: dict = dataclasses.field(default_factory=dict)  # rundefaults.TARGET_NAMES -> bar; {}: none
 
 
 _SECTIONS = {
@@ -164,7 +166,7 @@ _SECTIONS = {
 }
 # Fields that moved: where a config written for an older agentjax finds them now.
 MOVED = {"scheduler.max_version_gap": "admission.max_version_gap"}
-_TOP = {"seed", "model", "checkpoint_every", "log_every", "report", *_SECTIONS}
+_TOP = {"seed", "model", "checkpoint_every", "log_every", "report", "targets", *_SECTIONS}
 
 
 def _build(section: str, cls, values: dict, fixed: dict | None = None):
@@ -218,6 +220,19 @@ def _check_codefix(c: CodefixSection) -> None:
     for name in c.agents:
         _choice("codefix.agents", name, sorted(AGENTS))
     _choice("codefix.inject", c.inject, ["", *faults.FAULT_CLASSES])
+
+
+def _targets(value) -> dict:
+    """The learning targets the run declares (``targets``; the report's headline checks them)."""
+    names = list(rundefaults.TARGET_NAMES)
+    if not isinstance(value, dict):
+        raise ConfigError(f"targets={value!r} is invalid; must be a dict of {names} -> a number ({{}}: none)")
+    for k, v in value.items():
+        if k not in rundefaults.TARGET_NAMES:
+            raise ConfigError(f"targets.{k} is unknown; allowed: {names}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and -1 <= v <= 1):
+            raise ConfigError(f"targets.{k}={v!r} is invalid; must be a number in [-1, 1] (a share of tasks)")
+    return {k: float(v) for k, v in value.items()}
 
 
 def _model(model: dict) -> ModelConfig | HFModel:
@@ -374,5 +389,6 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         checkpoint_every=int(d.get("checkpoint_every", 50)),
         log_every=int(d.get("log_every", 5)),
         report=bool(d.get("report", True)),
+        targets=_targets(d.get("targets", {})),
         **parts,
     )

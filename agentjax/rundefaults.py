@@ -1,6 +1,7 @@
 """The default run, as plain data: the one set of defaults every run config starts from.
 
-``configs/default.py`` is this dict; :func:`agentjax.runconfig.parse` lays any config over it
+``configs/default.py`` is this dict (plus the default run's own learning ``targets``, which no
+other config inherits); :func:`agentjax.runconfig.parse` lays any config over it
 field by field (:func:`merged`), so a config that sets part of a section keeps the default run's
 other values (``configs/codefix_tiny.py`` sets a few scheduler fields and keeps the real clock and
 the slot engine). A field named nowhere here takes its component's own default (the dataclass).
@@ -16,6 +17,16 @@ learner's log-probs are bitwise equal.
 from __future__ import annotations
 
 import copy
+
+# The learning targets a run config may declare (top-level ``targets``: name -> bar, a share of
+# the held-out tasks); the report's headline checks the final held-out evaluation against them,
+# and a run that declares none gets no such check. None are set here (every config starts from
+# these defaults): the default run declares its own in configs/default.py.
+TARGET_NAMES = {
+    "success": "final held-out success",
+    "gain_over_rl_start": "final held-out success minus the RL start's (after the warm start)",
+    "margin_over_demonstrator": "final held-out success minus the scripted demonstrator's",
+}
 
 
 def run_defaults() -> dict:

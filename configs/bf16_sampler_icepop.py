@@ -13,7 +13,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model.exact_tile = 0  # fast kernels on both sides (exactness is moot across precisions)
     c.sampler.update(compute_dtype="bfloat16", head_dtype="bfloat16")
     c.loss.update(filter="icepop", filter_ratio="mismatch", icepop_low=0.5, icepop_high=2.0)

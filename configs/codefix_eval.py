@@ -21,7 +21,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.task.name = "codefix"
     c.codefix = dict(tasks=(), agents=(*HONEST, *ATTACKERS), inject="", audit=True)
     return c

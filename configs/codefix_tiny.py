@@ -19,7 +19,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model = dict(
         hf_path="workdir/tiny_qwen3",
         tool_format="hermes",

@@ -9,7 +9,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.scheduler.update(mode="async")
     c.admission.max_version_gap = 4
     c.loss.update(name="decoupled_ppo", filter="none")

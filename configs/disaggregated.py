@@ -17,7 +17,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.placement = dict(
         kind="disaggregated",
         learner_mesh=dict(data=1, fsdp=4, tensor=1),

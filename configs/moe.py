@@ -12,6 +12,6 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model.update(n_experts=4, n_experts_per_token=2, d_ff=128)
     return c

@@ -14,7 +14,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     rates = dict(tool_error=0.0, timeout=0.0, verifier_crash=0.0, env_crash=0.0)
     caps = dict(tool_error=0.1, timeout=0.05, verifier_crash=0.2, env_crash=0.1)
     c.curriculum = dict(

@@ -12,7 +12,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model.exact_tile = 0
     c.scheduler.update(mode="async")
     c.admission.max_version_gap = 4

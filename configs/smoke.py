@@ -9,7 +9,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model.update(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
     c.task.eval_tasks = 16
     c.warm_start.update(episodes=64, steps=10, batch_size=16)

@@ -13,7 +13,7 @@ from configs import default
 
 
 def get_config():
-    c = default.get_config()
+    c = default.base()
     c.model.update(exact_tile=8, param_dtype="float32", compute_dtype="float32", head_dtype="float32")
     c.scheduler.update(mode="sync")
     c.admission.max_version_gap = 0

@@ -110,7 +110,8 @@ def main(argv):
         print(f"peer error: {e}", file=sys.stderr)
         return 4
     if cfg.get("report", True) and jax.process_index() == 0:
-        path = report.write_report(_WORKDIR.value)
+        declared = (cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)).get("targets", {})
+        path = report.write_report(_WORKDIR.value, targets=declared)  # this config's (--resume too)
         print(f"report: {path}")
     final = summary.get("final_eval") or {}
     print(

@@ -47,7 +47,8 @@ def _fields():
     ones, and one level into the dict-valued fields (the losses' own fields, meshes, rates)."""
     out = [((s, f.name),) for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls)]
     out += [(("model", f.name),) for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
-    out += [((k,),) for k in ("seed", "checkpoint_every", "log_every", "report")]
+    out += [((k,),) for k in ("seed", "checkpoint_every", "log_every", "report", "targets")]
+    out += [(("targets", k),) for k in ("success", "gain_over_rl_start", "x")]
     for name, cls in registry.LOSSES.items():
         out += [(("loss", name, f.name), ("loss", "name", name)) for f in dataclasses.fields(cls)]
     out += [(("placement", m, a),) for m in ("learner_mesh", "sampler_mesh") for a in ("data", "fsdp", "x")]

@@ -128,11 +128,28 @@ def _with(path: str, value):
         ("seed", "zero", r"seed='zero' is invalid; must be an integer"),
         ("report", "yes", r"report='yes' is invalid; must be True or False"),
         ("rl", 5, r"rl=5 is invalid; must be a section"),
+        ("targets", 0.7, r"targets=0.7 is invalid; must be a dict of \['success'"),
+        ("targets.success", "high", r"targets.success='high' is invalid; must be a number in \[-1, 1\]"),
+        ("targets.success", 70.0, r"targets.success=70.0 is invalid; must be a number in \[-1, 1\]"),
+        ("targets.speed", 0.5, r"targets.speed is unknown; allowed: \['success', 'gain_over_rl_start'"),
     ],
 )
 def test_degenerate_and_mistyped_values_are_named(path, value, match):
     with pytest.raises(ConfigError, match=match):
         parse(_with(path, value))
+
+
+def test_only_the_default_run_declares_learning_targets():
+    """configs/default.py declares the default run's targets; configs built on it (smoke, codefix)
+    start from default.base() and declare none; a resumed run may change them."""
+    from agentjax.learner.resume import config_differences  # noqa: PLC0415
+    from configs import codefix_tiny, sync_exact  # noqa: PLC0415
+
+    assert parse(default.get_config()).targets == default.TARGETS
+    assert parse(smoke.get_config()).targets == {} and parse(sync_exact.get_config()).targets == {}
+    assert "targets" not in codefix_tiny.get_config()
+    assert parse(_with("targets", {"success": 1})).targets == {"success": 1.0}
+    assert config_differences({"targets": {"success": 0.7}, "seed": 0}, {"targets": {}, "seed": 0}) == []
 
 
 def test_optimizer_fields_are_settable_from_the_command_line():

@@ -73,6 +73,38 @@ def test_end_to_end_prints_progress_and_leaves_outputs(reference):
     assert all(r["version_gap_max"] <= 2 for r in train)  # the configured bound
     summary = json.load(open(os.path.join(wd, "summary.json")))
     assert summary["final_eval"]["eval/n"] == 16
+    for r in (r for r in rows if "eval/success" in r):  # readable sample episodes, every eval
+        assert len(r["eval/samples"]) == 3 and r["eval/samples"][0]["text"].startswith("[prompt] repo")
+        assert {"task_id", "label", "reward", "stop"} <= set(r["eval/samples"][0])
+
+
+def _tensorboard(wd):
+    """``(event files, {step: {tag: value}}, {text tag: steps})`` of a run's ``tb`` directory."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    from tests.diagnostics.test_tbevents import read_scalars
+
+    tb = os.path.join(wd, "tb")
+    acc = ea.EventAccumulator(tb, size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    texts = {t: [e.step for e in acc.Tensors(t)] for t in acc.Tags()["tensors"]}
+    return sorted(os.listdir(tb)), read_scalars(tb), texts
+
+
+def test_tensorboard_has_the_runs_training_signals_in_one_event_file(reference):
+    """Warm-start loss, learning rate, trained tokens/s, completion length and the sample
+    episodes (text) of every eval, all in the run's one event file."""
+    wd, _ = reference
+    files, by_step, texts = _tensorboard(wd)
+    assert files == ["events.out.tfevents.agentjax"]
+    assert sorted(by_step) == list(range(13))
+    assert {"header/warm_start/nll_first", "header/warm_start/nll_last"} <= set(by_step[0])
+    for step in range(1, 13):
+        assert by_step[step]["optim/learning_rate"] == pytest.approx(1e-3)
+        assert by_step[step]["batch/completion_tokens_mean"] > 0
+    assert all(by_step[s]["throughput/trained_tokens_per_s"] > 0 for s in range(2, 13))
+    evals = [r["step"] for r in _metrics(wd) if "eval/success" in r]
+    assert texts == {"eval/sample_episodes": evals}
 
 
 @pytest.mark.slow
@@ -90,6 +122,14 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     assert f"resumed from step {killed_at}" in out.stdout
     # Same seed, same config: the same metrics line for line and bitwise the same parameters.
     assert _metrics(wd) == _metrics(ref_dir)
+    # TensorBoard: the one event file, appended to by the resumed run, each step once with the
+    # reference run's values (the steps after the checkpoint were cut and written again)
+    files, got, texts = _tensorboard(wd)
+    ref_files, want, ref_texts = _tensorboard(ref_dir)
+    assert files == ref_files == ["events.out.tfevents.agentjax"] and texts == ref_texts
+    clock = ("wall", "throughput/trained_tokens_per_s")  # wall-clock: differ run to run
+    strip = lambda d: {s: {k: v for k, v in t.items() if k not in clock} for s, t in d.items()}  # noqa: E731
+    assert strip(got) == strip(want)
     a, b = _final_params(wd), _final_params(ref_dir)
     for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

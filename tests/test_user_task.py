@@ -45,7 +45,10 @@ def test_a_user_task_and_loss_train_and_launch_eval_reproduces_the_run(tmp_path)
     report = json.load(open(os.path.join(wd, "eval_2.json")))
     assert report["task"] == TASK and report["step"] == 2
     assert report["success"]["rate"] == final["eval/success"]  # the run's final held-out figure
-    assert report["metrics"] == {k: v for k, v in final.items() if k.startswith("eval/")}
+    assert report["metrics"] == {
+        k: v for k, v in final.items() if k.startswith("eval/") and k != "eval/samples"
+    }
+    assert report["samples"] == final["eval/samples"]  # the same episodes, rendered the same
     assert report["sampled"]["success"]["n"] == 16 and "sampled" in ev.stdout
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 
+from agentjax.diagnostics import episodes as sample_episodes
 from agentjax.envs.audit import audit_metrics, hack_rate, undefined_metrics, wilson_interval
 from agentjax.envs.protocol import Label
 from agentjax.policy.codec import Codec
@@ -33,8 +34,10 @@ def evaluate(
     planted: Callable[[Any], bool] | None = None,
     seed: int = 0,
     exchange=None,
-) -> dict[str, float]:
-    """Success rate (label ``pass``) of ``params`` on ``tasks`` with its Wilson 95% interval.
+) -> dict[str, Any]:
+    """Success rate (label ``pass``) of ``params`` on ``tasks`` with its Wilson 95% interval, and
+    the other ``eval/*`` figures (floats), and ``eval/samples``: a few of the episodes rendered as
+    text with their verdicts (:func:`agentjax.diagnostics.episodes.samples`).
 
     ``exchange`` (a :class:`~agentjax.sharding.exchange.Exchange`, several processes): each
     process runs its share of the tasks and every process gets every episode's result; task ``i``
@@ -44,7 +47,8 @@ def evaluate(
         return _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed)
 
     idx = list(range(len(tasks)))
-    return _metrics(exchange.split(idx, run) if exchange is not None else run(idx))
+    played = exchange.split(idx, run) if exchange is not None else run(idx)
+    return {**_metrics(played), sample_episodes.KEY: sample_episodes.samples([t for t, *_ in played], codec)}
 
 
 def _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed):

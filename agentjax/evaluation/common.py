@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+from agentjax.diagnostics.episodes import KEY as SAMPLES_KEY
 from agentjax.policy.config import ConfigError
 
 
@@ -48,8 +49,12 @@ def _num(x):
     return None if math.isnan(x) else x
 
 
-def structured(flat: dict[str, float]) -> dict:
-    """Groups the flat ``eval/*`` metrics: success, audit (H), hack, labels, stop reasons."""
+def structured(flat: dict) -> dict:
+    """Groups the flat ``eval/*`` metrics: success, audit (H), hack, labels, stop reasons; the
+    numbers as ``metrics``, and an evaluation's sample episodes (``eval/samples``, rendered text
+    with verdicts) as ``samples`` where it has them."""
+    samples = flat.get(SAMPLES_KEY)
+    flat = {k: v for k, v in flat.items() if k != SAMPLES_KEY}
     g = lambda k: _num(flat[k]) if k in flat else None
     return {
         "success": {
@@ -81,6 +86,7 @@ def structured(flat: dict[str, float]) -> dict:
         },
         "mean_turns": g("eval/mean_turns"),
         "metrics": {k: _num(v) for k, v in sorted(flat.items())},
+        **({"samples": samples} if samples is not None else {}),
     }
 
 

@@ -119,6 +119,11 @@ def make_batch(
         "batch/singleton_groups": float(sum(len(v) == 1 for v in groups.values())),
         "batch/all_same_groups": float(sum(len(set(v)) == 1 for v in groups.values())),
         "batch/truncated_tokens": float(truncated),
+        # completion length: generated (action) tokens per trajectory, all turns together
+        "batch/action_tokens": float(sum(t.num_action_tokens for t in trajs)),
+        "batch/completion_tokens_mean": float(np.mean([t.num_action_tokens for t in trajs]))
+        if trajs
+        else 0.0,
         "batch/version_min": float(version[mask > 0].min()) if mask.any() else -1.0,
     }
     return batch, metrics

@@ -19,7 +19,8 @@ import re
 
 from agentjax.learner.checkpoint import CheckpointError
 
-MAY_CHANGE = ("rl.steps", "checkpoint_every", "report")  # extend a run; how often it is saved
+# extend a run; how often it is saved; whether it reports and what its report checks
+MAY_CHANGE = ("rl.steps", "checkpoint_every", "report", "targets")
 
 
 def snapshot_path(ckdir: str, step: int) -> str:
@@ -45,12 +46,13 @@ def _flat(d, prefix=""):
 
 
 def config_differences(stored: dict, current: dict) -> list[str]:
-    """``field: stored -> current`` for every field that differs (besides :data:`MAY_CHANGE`)."""
+    """``field: stored -> current`` for every field that differs (besides :data:`MAY_CHANGE` and
+    the fields inside them: ``targets.success``)."""
     a, b = _flat(stored), _flat(current)
     return [
         f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
         for k in sorted(a.keys() | b.keys())
-        if k not in MAY_CHANGE and a.get(k) != b.get(k)
+        if not any(k == m or k.startswith(m + ".") for m in MAY_CHANGE) and a.get(k) != b.get(k)
     ]
 
 

@@ -67,14 +67,24 @@ class OptimConfig:
             raise ValueError(f"optim.minibatches={self.minibatches} is invalid; must be >= 1")
 
 
-def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+class Optimizer(optax.GradientTransformationExtraArgs):
+    """An optax transformation that also says its learning rate: ``learning_rate(count)`` is the
+    rate of the update that follows ``count`` applied updates (:func:`make_optimizer` sets it;
+    the train step reports it as ``optim/learning_rate``)."""
+
+    learning_rate: Any
+
+
+def make_optimizer(cfg: OptimConfig) -> Optimizer:
     lr = cfg.learning_rate
     if cfg.warmup_steps:
         lr = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
     chain = [optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay)]
     if cfg.grad_clip > 0:
         chain.insert(0, optax.clip_by_global_norm(cfg.grad_clip))
-    return optax.chain(*chain)
+    tx = Optimizer(*optax.chain(*chain))
+    tx.learning_rate = lr if callable(lr) else (lambda count: jnp.asarray(lr, jnp.float32))  # noqa: ARG005
+    return tx
 
 
 def init_train_state(params, tx: optax.GradientTransformation, seed: int) -> TrainState:
@@ -277,6 +287,8 @@ def _train_step(
         metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
         steps = jnp.sum(fins.astype(jnp.int32))
     metrics = {**metrics, **extra}
+    if getattr(tx, "learning_rate", None) is not None:  # an Optimizer: its rate at this step's first update
+        metrics["optim/learning_rate"] = jnp.asarray(tx.learning_rate(state.step), jnp.float32)
     new_state = TrainState(step=state.step + steps, params=params, opt_state=opt_state, rng=state.rng)
     return new_state, metrics
 

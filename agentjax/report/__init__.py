@@ -6,7 +6,10 @@ the eight problems' diagnostics: reward and held-out success, verdict labels ove
 version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
 in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,
 admitted share per task class and the cost ledger
-``C = generation + environment + verification + training + retry/waste``. Every section works
+``C = generation + environment + verification + training + retry/waste``; it shows a few of the
+final evaluation's episodes as text ("Sample episodes", ``eval/samples`` of its metrics row) and
+checks the learning targets the run declares (its config's ``targets``, stored in
+``run_config.json``; a run without them gets no such check). Every section works
 on whatever is present and says what is missing instead of failing (a run still in progress has
 no ``summary.json``; a run before its first step has no training rows).
 """
@@ -15,21 +18,35 @@ from __future__ import annotations
 
 import os
 
-from agentjax.report.common import TARGETS, label_group, load
-from agentjax.report.sections import classes, cost, curves, delta, headline, labels, masked, staleness
+from agentjax.report.common import declared_targets, label_group, load
+from agentjax.report.sections import (
+    classes,
+    cost,
+    curves,
+    delta,
+    episodes,
+    headline,
+    labels,
+    masked,
+    staleness,
+)
 
-__all__ = ["TARGETS", "label_group", "load", "write_report"]
+__all__ = ["declared_targets", "label_group", "load", "write_report"]
 
 
-def write_report(workdir: str) -> str:
-    """Writes ``<workdir>/report/report.md`` and its PNGs; returns the markdown's path."""
+def write_report(workdir: str, targets: dict | None = None) -> str:
+    """Writes ``<workdir>/report/report.md`` and its PNGs; returns the markdown's path.
+
+    ``targets``: the learning targets the run declares (its config's ``targets``), checked in the
+    headline; None reads them from the workdir's ``run_config.json``; none: no such check."""
     out = os.path.join(workdir, "report")
     os.makedirs(out, exist_ok=True)
-    run = load(workdir)
+    run = load(workdir, targets)
     body = [
         headline(run),
         curves(run, out),
         labels(run, out),
+        episodes(run),
         staleness(run, out),
         delta(run, out, workdir),
         masked(run, out),

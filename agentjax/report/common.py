@@ -7,6 +7,8 @@ import math
 import os
 from typing import Any
 
+from agentjax import rundefaults
+
 try:
     from matplotlib.figure import Figure  # no pyplot: no global backend state, no display
     from matplotlib.ticker import MaxNLocator
@@ -22,7 +24,7 @@ COLORS = {
     "infra": "tab:gray",
     "other": "tab:brown",
 }
-TARGETS = {"success": 0.70, "gain_over_rl_start": 0.25, "margin_over_demonstrator": 0.20}
+RUN_CONFIG = "run_config.json"  # the config a run started with (agentjax.workdir.write_run_config)
 
 
 def label_group(label: str) -> str:
@@ -35,9 +37,37 @@ def label_group(label: str) -> str:
     return "agent" if label.startswith("agent") else "infra" if label.startswith("infra") else "other"
 
 
-def load(workdir: str) -> dict[str, Any]:
-    """Header, training rows, eval rows, summary and notes on anything missing or unreadable."""
+def declared_targets(targets) -> dict[str, float]:
+    """The learning targets of a config's ``targets`` (``rundefaults.TARGET_NAMES`` -> bar) that
+    are known and numeric, in the names' order; ``{}`` for none (``runconfig.parse`` checks them)."""
+    if not isinstance(targets, dict):
+        return {}
+    return {
+        k: float(targets[k])
+        for k in rundefaults.TARGET_NAMES
+        if isinstance(targets.get(k), int | float) and not isinstance(targets.get(k), bool)
+    }
+
+
+def _stored_targets(workdir: str, notes: list[str]) -> dict[str, float]:
+    path = os.path.join(workdir, RUN_CONFIG)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            return declared_targets(json.load(f).get("targets"))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        notes.append(f"{RUN_CONFIG} is unreadable: no learning targets checked")
+        return {}
+
+
+def load(workdir: str, targets: dict | None = None) -> dict[str, Any]:
+    """Header, training rows, eval rows, summary, the learning targets the run declares (given,
+    else its stored config's ``targets``) and notes on anything missing or unreadable."""
     run: dict[str, Any] = {"header": {}, "train": [], "evals": [], "summary": {}, "notes": []}
+    run["targets"] = (
+        declared_targets(targets) if targets is not None else _stored_targets(workdir, run["notes"])
+    )
     path = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(path):
         with open(path) as f:

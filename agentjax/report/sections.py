@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 
+from agentjax.diagnostics import episodes as sample_episodes
 from agentjax.report.common import (
     COLORS,
     GROUPS,
-    TARGETS,
     _f,
     _figure,
     _ledger,
@@ -68,16 +68,17 @@ def headline(run: dict) -> list[str]:
         ),
     ]
     lines += [f"| {k} | {v} |" for k, v in rows]
-    if None not in (s, demo, start):
+    targets = run.get("targets") or {}  # only those the run's config declares
+    if targets and None not in (s, demo, start):
         got = {"success": s, "gain_over_rl_start": s - start, "margin_over_demonstrator": s - demo}
         lines += [
             "",
-            "Learning targets of the default run (issue 8, on >= 256 held-out tasks; this eval: "
-            f"{int(final.get('eval/n', 0))}): "
+            "Learning targets this run declares (its config's `targets`; this eval: "
+            f"{int(final.get('eval/n', 0))} held-out tasks): "
             + "; ".join(
                 f"{k.replace('_', ' ')} {100 * got[k]:.1f} pts vs >= {100 * v:.0f} "
                 f"({'met' if got[k] >= v else 'NOT met'})"
-                for k, v in TARGETS.items()
+                for k, v in targets.items()
             ),
         ]
     return lines
@@ -155,6 +156,26 @@ def labels(run: dict, out: str) -> list[str]:
         lines += ["| label | group | trained trajectories | share |", "|---|---|---|---|"]
         lines += [f"| {k} | {label_group(k)} | {int(v)} | {_pct(v / n)} |" for k, v in sorted(total.items())]
     return lines
+
+
+def episodes(run: dict) -> list[str]:
+    """A few episodes of the final held-out evaluation as text, with their verdicts and rewards."""
+    final = run["summary"].get("final_eval") or (run["evals"][-1] if run["evals"] else {})
+    shown, step = final.get(sample_episodes.KEY), run["evals"][-1].get("step") if run["evals"] else None
+    if not shown:  # an older run's summary: the last eval row that has them
+        row = next((r for r in reversed(run["evals"]) if r.get(sample_episodes.KEY)), {})
+        shown, step = row.get(sample_episodes.KEY), row.get("step")
+    lines = ["## Sample episodes", ""]
+    if not shown:
+        return lines + ["_No sample episodes: no held-out evaluation recorded them yet._"]
+    return lines + [
+        f"{len(shown)} episodes of the final held-out evaluation (step "
+        f"{'n/a' if step is None else step}; greedy): the first of each verdict, then in task order, "
+        "decoded as the model read and wrote them (special tokens left out; a long one cut in the "
+        "middle). TensorBoard's Text tab has every evaluation's (`eval/sample_episodes`).",
+        "",
+        sample_episodes.markdown(shown, heading="###"),
+    ]
 
 
 def staleness(run: dict, out: str) -> list[str]:

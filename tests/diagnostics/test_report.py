@@ -4,6 +4,7 @@ import json
 import os
 
 from agentjax import report
+from configs import default, smoke
 
 PNGS = ("curves.png", "labels.png", "staleness.png", "delta.png", "masked.png", "classes.png")
 HEADER = {
@@ -115,8 +116,12 @@ SUMMARY = {
 }
 
 
-def _workdir(path, rows, summary=None):
+def _workdir(path, rows, summary=None, config=None):
+    """A workdir as a run leaves it; ``config``: its ``run_config.json`` (the config it started with)."""
     os.makedirs(path, exist_ok=True)
+    if config is not None:
+        with open(os.path.join(path, "run_config.json"), "w") as f:
+            json.dump(config.to_dict(), f)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
     if summary is not None:
@@ -125,7 +130,20 @@ def _workdir(path, rows, summary=None):
     return str(path)
 
 
-def _full(tmp_path, summary=None):
+SAMPLES = [
+    {
+        "task_id": "t3",
+        "label": "pass",
+        "reward": 1.0,
+        "stop": "finished",
+        "text": "[prompt] fix f\n[action 1] submit",
+    },
+    {"task_id": "t5", "label": "fail", "reward": 0.0, "stop": "task_cap", "text": "[prompt] fix g"},
+]
+
+
+def _full(tmp_path, summary=None, config=None):
+    """A finished run's workdir; its config the default run's unless given."""
     rows = [
         {"step": 0, "header": HEADER, **_eval(0, 0.40625)},
         _train(1),
@@ -133,9 +151,10 @@ def _full(tmp_path, summary=None):
         _eval(2, 0.625),
         _train(3),
         _train(4),
-        _eval(4, 0.8125, h=0.0625, hack=0.1875),
+        {**_eval(4, 0.8125, h=0.0625, hack=0.1875), "eval/samples": SAMPLES},
     ]
-    return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary)
+    config = default.get_config() if config is None else config
+    return _workdir(tmp_path / "run", rows, SUMMARY if summary is None else summary, config)
 
 
 CONSISTENCY = {
@@ -216,12 +235,13 @@ def test_report_shows_the_slot_engine_and_the_real_time_overlap(tmp_path):
 
 def test_header_only_run_degrades_with_notes(tmp_path):
     wd = _workdir(tmp_path / "early", [{"step": 0, "header": HEADER, **_eval(0, 0.40625)}])
-    md = open(report.write_report(wd)).read()
+    md = open(report.write_report(wd, targets=default.TARGETS)).read()
     assert "no summary.json" in md
     assert "_No training steps yet._" in md
     assert "No cost ledger in summary.json" in md
     assert "success 40.6 pts vs >= 70 (NOT met); gain over rl start 0.0 pts vs >= 25 (NOT met)" in md
     assert "40.6% [30.6%, 50.6%] on 64 tasks, step 0" in md  # the last eval row stands in
+    assert "_No sample episodes: no held-out evaluation recorded them yet._" in md
     for name in PNGS:
         assert os.path.getsize(os.path.join(wd, "report", name)) > 0
 
@@ -280,3 +300,29 @@ def test_a_ratio_axis_has_distinct_tick_labels_near_one_and_across_decades():
         ax.figure.canvas.draw()
         labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
         assert ax.get_yscale() == scale and len(labels) == len(set(labels)) > 1, labels
+
+
+def test_the_targets_section_only_where_the_run_declares_targets(tmp_path):
+    """The default run's config declares the learning targets; a config built on it (smoke) or
+    an explicit ``targets={}`` declares none, and its report checks none."""
+    assert report.load(_full(tmp_path / "d"))["targets"] == default.TARGETS
+    for wd, targets in (
+        (_full(tmp_path / "s", config=smoke.get_config()), None),
+        (_full(tmp_path / "e"), {}),
+    ):
+        md = open(report.write_report(wd, targets=targets)).read()
+        assert "Learning targets" not in md and "vs >= 70" not in md
+        assert "81.2% [71.2%, 91.2%] on 64 tasks, step 4" in md  # the rest of the headline stays
+    md = open(report.write_report(_full(tmp_path / "o"), targets={"success": 0.9})).read()
+    assert "this eval: 64 held-out tasks): success 81.2 pts vs >= 90 (NOT met)" in md
+    assert "gain over rl start" not in md  # only what the run declares
+
+
+def test_the_report_shows_the_final_evals_sample_episodes(tmp_path):
+    md = open(report.write_report(_full(tmp_path))).read()
+    section = md[md.index("## Sample episodes") :]
+    assert "2 episodes of the final held-out evaluation (step 4" in section
+    assert "### episode 1: task `t3`, verdict **pass**, reward 1, stop `finished`" in section
+    assert "```\n[prompt] fix f\n[action 1] submit\n```" in section
+    assert "### episode 2: task `t5`, verdict **fail**, reward 0, stop `task_cap`" in section
+    assert section.index("episode 2") < section.index("## Staleness")

@@ -139,6 +139,23 @@ def test_make_optimizer_warmup_and_clipping():
     np.testing.assert_allclose(np.asarray(mu), [0.06, 0.08, 0.0], rtol=1e-6)
 
 
+def test_the_step_reports_the_learning_rate_of_its_update(params0, batch):
+    """``optim/learning_rate``: the optimizer's rate for the step's update (warmup: 0, then up)."""
+    tx = make_optimizer(OptimConfig(learning_rate=0.5, warmup_steps=4))
+    step = make_train_step(CONFIG, LossConfig(), tx)
+    state = init_train_state(jax.tree.map(jnp.asarray, params0), tx, 0)
+    rates = []
+    for _ in range(3):
+        state, m = step(state, batch)
+        rates.append(float(m["optim/learning_rate"]))
+    np.testing.assert_allclose(rates, [0.0, 0.125, 0.25])
+    _, m = make_train_step(CONFIG, LossConfig(), make_optimizer(OptimConfig(learning_rate=0.02)))(
+        init_train_state(jax.tree.map(jnp.asarray, params0), make_optimizer(OptimConfig()), 0), batch
+    )
+    np.testing.assert_allclose(float(m["optim/learning_rate"]), 0.02)
+    assert "optim/learning_rate" not in _step("grpo")(_state(params0), batch)[1]  # a bare optax TX
+
+
 @pytest.mark.slow  # compiles its own step
 def test_grad_accum_equals_single_batch(params0, batch, grpo_result):
     """seq_mean_token_mean over two equal halves (6 valid tokens per row): mean of the halves'
