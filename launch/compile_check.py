@@ -25,8 +25,8 @@ from ml_collections import config_flags  # noqa: E402
 
 from agentjax.learner.objective import LossConfig  # noqa: E402
 from agentjax.learner.step import OptimConfig, make_optimizer  # noqa: E402
+from agentjax.podcheck import aot, programs  # noqa: E402
 from agentjax.policy.presets import n_params, preset  # noqa: E402
-from agentjax.sharding import aot, programs  # noqa: E402
 from agentjax.sharding.mesh import MESH_AXES  # noqa: E402
 from agentjax.sharding.rules import ShardingRules  # noqa: E402
 
