@@ -31,9 +31,9 @@ def get_config() -> ConfigDict:
     c.remat = "layer"
     c.activation_rows = _rules_dict()["batch"]
     # Fast mode's attention (ModelConfig.attention_*): "auto" attends blockwise (online softmax,
-    # O(T x block) memory) from blockwise_from keys, with the full score tensor below; "full" or
-    # "blockwise" force one. Exact mode keeps its batch-invariant kernels.
-    c.attention = dict(kernel="auto", block=512, blockwise_from=2048)
+    # O(T x block) memory) from blockwise_from keys and block queries, with the full score
+    # tensor otherwise; "full" or "blockwise" force one. Exact mode keeps its own kernels.
+    c.attention = dict(kernel="auto", block=512, blockwise_from=4096)
     c.mesh = dict(data=1, fsdp=-1, tensor=1, expert=1)
     c.sampler_mesh = dict(data=-1, fsdp=1, tensor=8, expert=1)
     c.rules = _rules_dict()

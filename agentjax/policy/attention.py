@@ -3,8 +3,9 @@ in the standard, blockwise, tiled-exact or exact-sum kernels of the config.
 
 Which kernel attends is :func:`attention_plan`'s choice, made per call shape at trace time and
 recorded with its reason (:func:`recorded_plans`): exact mode always keeps its batch-invariant
-kernels; fast mode uses the full score tensor below ``attention_blockwise_from`` keys and the
-blockwise online-softmax kernel (``policy/blockwise.py``) from there.
+kernels; fast mode uses the full score tensor below ``attention_blockwise_from`` keys or for
+fewer queries than ``attention_block`` (decode), and the blockwise online-softmax kernel
+(``policy/blockwise.py``) otherwise.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ def attention_plan(c: ModelConfig, q_len: int, k_len: int, backend: str | None =
     Kernels: ``"exact"`` (exact mode's batch-invariant or tiled kernels, whatever
     ``attention_kernel`` says: bitwise sampler == learner rests on them), ``"full"`` (the full
     score tensor) or ``"blockwise"`` (:func:`agentjax.policy.blockwise.blockwise_attention`).
-    ``"auto"`` is ``"full"`` below ``attention_blockwise_from`` keys, so the default run's
-    shapes keep their bits; the reason says why no fused kernel was taken on ``backend``
-    (default: JAX's default backend).
+    ``"auto"`` is ``"full"`` below ``attention_blockwise_from`` keys (so the default run's
+    shapes keep their bits) and for fewer queries than ``attention_block`` (decode); the reason
+    says why no fused kernel was taken on ``backend`` (default: JAX's default backend).
     """
     if c.exact:
         kind = c.invariant or "tiled"
@@ -65,6 +66,12 @@ def attention_plan(c: ModelConfig, q_len: int, k_len: int, backend: str | None =
         return "full", (
             f"{k_len} keys < attention_blockwise_from={c.attention_blockwise_from}: the full score "
             f"tensor [.., {q_len}, {k_len}]"
+        )
+    if q_len < c.attention_block:  # decode, and the slot engine's short chunks
+        return "full", (
+            f"{q_len} queries < attention_block={c.attention_block}: the full scores "
+            f"[.., {q_len}, {k_len}] are already linear in the keys (attention_kernel='blockwise' "
+            "forces the block loop)"
         )
     return "blockwise", (
         f"{k_len} keys >= attention_blockwise_from={c.attention_blockwise_from}: blockwise, "

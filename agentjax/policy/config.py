@@ -33,7 +33,7 @@ class ExactKernels(Choice):
 class AttentionKernel(Choice):
     """Fast mode's attention (exact mode keeps its batch-invariant kernels whatever this says)."""
 
-    AUTO = "auto"  # full scores below attention_blockwise_from keys, blockwise from there
+    AUTO = "auto"  # full scores below attention_blockwise_from keys or attention_block queries
     FULL = "full"  # the full score tensor [B, Hkv, G, T, S] (layers.attention_standard / _cache)
     BLOCKWISE = "blockwise"  # online softmax over blocks of attention_block keys (policy/blockwise.py)
 
@@ -137,11 +137,12 @@ class ModelConfig:
     remat: Remat = Remat.NONE
     # Fast mode's attention (policy/attention.py: attention_plan): "auto" keeps the full score
     # tensor below attention_blockwise_from keys (the default run's shapes, bit-identical to
-    # earlier versions) and attends by blocks of attention_block keys from there (memory
-    # O(T x block) instead of O(T x S), training, prefill and decode alike).
+    # earlier versions) and for fewer queries than attention_block (decode: its scores are
+    # linear in the keys already), and attends by blocks of attention_block keys otherwise
+    # (memory O(T x block) instead of O(T x S); "blockwise" forces it for decode too).
     attention_kernel: AttentionKernel = AttentionKernel.AUTO
     attention_block: int = 512
-    attention_blockwise_from: int = 2048
+    attention_blockwise_from: int = 4096
     # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
     # them all (a small model's train step ran 12% faster on CPU). The sampler always unrolls.

@@ -193,7 +193,9 @@ def test_auto_turns_blockwise_from_the_threshold_and_records_why():
     assert A.attention_plan(cfg, 7, 7)[0] == "full"
     kernel, reason = A.attention_plan(cfg, 8, 8, backend="gpu")
     assert kernel == "blockwise" and "attention_blockwise_from=8" in reason and "cuDNN" in reason
-    assert "Splash" in A.attention_plan(cfg, 1, 4097, backend="tpu")[1]
+    assert "Splash" in A.attention_plan(cfg, 8, 4097, backend="tpu")[1]
+    kernel, reason = A.attention_plan(cfg, 3, 4097)  # decode: fewer queries than a block
+    assert kernel == "full" and "attention_block=4" in reason
     assert A.attention_plan(cfg.replace(attention_kernel="full"), 1, 10**6)[0] == "full"
     params = init_params(cfg, jax.random.key(0))
     tok = jnp.zeros((1, 9), jnp.int32)
