@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from agentjax.podcheck import aot, programs  # noqa: E402
 from agentjax.policy.presets import n_params, preset  # noqa: E402
-from agentjax.sharding import aot, programs  # noqa: E402
 from agentjax.sharding.rules import ShardingError, ShardingRules  # noqa: E402
 
 _PRESETS = flags.DEFINE_list("presets", ["qwen3_8b", "qwen3_32b", "qwen3_30b_a3b"], "presets")
@@ -308,7 +308,7 @@ reference parameters are resident and scored), global-norm clipping, AdamW (mome
 parameter dtype), the NaN/Inf guard and gradient accumulation over the row's microbatches, on a
 `make_batch` layout (MoE: with the sampler's routes replayed). Sampler: prefill is `extend` (a
 prompt into an empty state; no logits), decode is `generate` (its `while_loop` of decode steps).
-Modes (`agentjax/sharding/programs.py`): fast = the preset (bf16 body, float32 LM head);
+Modes (`agentjax/podcheck/programs.py`): fast = the preset (bf16 body, float32 LM head);
 exact_bf16 / exact_f32 = batch-invariant kernels (`exact_tile=8`) in bf16 / float32 (the exact
 rows below were compiled with `exact_kernels="tiled"`, before `exact_sum` became the default).
 Per-chip peak = arguments + outputs - donated aliases + temporaries + generated code (+ the

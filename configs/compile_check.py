@@ -30,6 +30,10 @@ def get_config() -> ConfigDict:
     # mesh axes of the "batch" rule below. remat="" leaves the preset's value ("none").
     c.remat = "layer"
     c.activation_rows = _rules_dict()["batch"]
+    # Fast mode's attention (ModelConfig.attention_*): "auto" attends blockwise (online softmax,
+    # O(T x block) memory) from blockwise_from keys and block queries, with the full score
+    # tensor otherwise; "full" or "blockwise" force one. Exact mode keeps its own kernels.
+    c.attention = dict(kernel="auto", block=512, blockwise_from=4096)
     c.mesh = dict(data=1, fsdp=-1, tensor=1, expert=1)
     c.sampler_mesh = dict(data=-1, fsdp=1, tensor=8, expert=1)
     c.rules = _rules_dict()

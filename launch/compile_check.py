@@ -9,8 +9,9 @@ prefill, decode), the per-chip argument / output / temporary / generated-code by
 HBM and the headroom, the collectives in the compiled program, the weight-sync bytes between
 disjoint slices, and a roofline estimate (step time and tokens/s per chip; assumptions in
 ``agentjax/sharding/roofline.py``).
-Exits 1 naming the largest buffers when something does not fit, 2 when no TPU compiler is
-available (libtpu missing: ``pip install 'agentjax[tpu]'``) or the config is invalid.
+Prints each attention kernel chosen (``policy/attention.py``: full scores, blockwise or exact
+mode's) with its reason. Exits 1 naming the largest buffers when something does not fit, 2 when
+no TPU compiler is available (libtpu missing: ``pip install 'agentjax[tpu]'``) or the config is invalid.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from ml_collections import config_flags  # noqa: E402
 
 from agentjax.learner.objective import LossConfig  # noqa: E402
 from agentjax.learner.step import OptimConfig, make_optimizer  # noqa: E402
+from agentjax.podcheck import aot, programs  # noqa: E402
+from agentjax.policy.attention import recorded_plans  # noqa: E402
 from agentjax.policy.presets import n_params, preset  # noqa: E402
-from agentjax.sharding import aot, programs  # noqa: E402
 from agentjax.sharding.mesh import MESH_AXES  # noqa: E402
 from agentjax.sharding.rules import ShardingRules  # noqa: E402
 
@@ -55,7 +57,12 @@ def run(cfg, topology: str | None = None) -> int:
                 f"activation_rows={cfg.activation_rows!r}: unknown mesh axes "
                 f"{sorted(set(rows) - set(MESH_AXES))}; allowed: {list(MESH_AXES)}"
             )
-        model = aot.with_remat(preset(cfg.preset), cfg.remat).replace(activation_rows=rows)
+        model = aot.with_remat(preset(cfg.preset), cfg.remat).replace(
+            activation_rows=rows,
+            attention_kernel=cfg.attention.kernel,
+            attention_block=cfg.attention.block,
+            attention_blockwise_from=cfg.attention.blockwise_from,
+        )
         modes = [m.strip() for m in cfg.modes.split(",") if m.strip()]
         models = {m: programs.mode_config(model, m) for m in modes}
         loss = LossConfig(**dict(cfg.loss))
@@ -87,7 +94,7 @@ def run(cfg, topology: str | None = None) -> int:
         f"learner: make_train_step, loss {loss.name} / filter {loss.filter} / kl_coef "
         f"{loss.kl_coef}; sampler: extend (prefill) and generate (decode)"
     )
-    failed = []
+    failed, shown = [], 0
     for mode, cfg_m in models.items():
         for placement in [p.strip() for p in cfg.placements.split(",") if p.strip()]:
             l_dev, s_dev = devices, None
@@ -109,6 +116,12 @@ def run(cfg, topology: str | None = None) -> int:
                 loss=loss,
             )
             print(aot.format_report(report))
+            plans = recorded_plans()
+            for p in plans[shown:]:  # each distinct attention choice traced so far, once
+                print(
+                    f"attention ({p['where']}, {p['queries']} x {p['keys']}): {p['kernel']} - {p['reason']}"
+                )
+            shown = len(plans)
             print(tokens_per_second(report, work), flush=True)
             failed += [f"{mode}/{placement}/{s.name}" for s in report.steps if not s.fits]
     if failed:

@@ -18,10 +18,11 @@ ALLOWED = {
     "objectives": {"trajectory"},
     "policy": set(),
     "envs": {"trajectory"},
-    "sharding": {"policy", "objectives", "learner", "sampling"},
+    "sharding": {"policy"},  # below sampling and learner: the pod check's programs are in podcheck
     "sampling": {"policy", "envs", "trajectory", "tagjson"},
     "learner": {"policy", "objectives", "trajectory", "tagjson"},
     "diagnostics": {"policy", "sampling", "envs", "objectives", "trajectory"},
+    "podcheck": {"policy", "learner", "sampling", "sharding"},  # the programs a pod check compiles
     "configcheck": {"policy"},
     "tasks": {"policy", "sampling", "envs", "trajectory", "tagjson"},
     "runsections": {"envs"},
@@ -93,6 +94,21 @@ def test_imports_follow_the_allowed_edges():
             dst = parts[1]
             if dst != src and dst in ALLOWED and dst not in ALLOWED[src] | LEAVES:
                 bad.append(f"{path.relative_to(PKG.parent)} imports {name} ({src} -> {dst})")
+    assert not bad, "\n".join(bad)
+
+
+def test_sharding_imports_neither_sampling_nor_learner():
+    """The pod check's programs (the sampler's prefill and decode, the learner's step) are built
+    in ``podcheck`` above ``sharding``, so meshes, rules and compile reports never depend on them
+    (issue #32 item 4: the table must not grow such an edge back)."""
+    assert not ALLOWED["sharding"] & {"sampling", "learner", "podcheck"}
+    bad = [
+        f"{p.relative_to(PKG.parent)} imports {n}"
+        for p in _files()
+        if _unit(p) == "sharding"
+        for n in _imports(p)
+        if n.split(".")[1:2] and n.split(".")[1] in {"sampling", "learner", "podcheck"}
+    ]
     assert not bad, "\n".join(bad)
 
 

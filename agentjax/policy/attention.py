@@ -1,13 +1,98 @@
 """The KV cache and one layer's attention (teacher-forced, or writing the cache then reading it),
-in the standard, tiled-exact or exact-sum kernels of the config."""
+in the standard, blockwise, tiled-exact or exact-sum kernels of the config.
+
+Which kernel attends is :func:`attention_plan`'s choice, made per call shape at trace time and
+recorded with its reason (:func:`recorded_plans`): exact mode always keeps its batch-invariant
+kernels; fast mode uses the full score tensor below ``attention_blockwise_from`` keys or for
+fewer queries than ``attention_block`` (decode), and the blockwise online-softmax kernel
+(``policy/blockwise.py``) otherwise.
+"""
 
 from __future__ import annotations
 
+import logging
+
+import jax
 import jax.numpy as jnp
 
+from agentjax.policy import blockwise as BW
 from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
 from agentjax.policy.config import ModelConfig
+
+# Why no fused kernel is used where one exists: the model masks by per-row positions (slot ==
+# position, padding at position ``length`` or at the cache's write sink, per-row offsets in the
+# slot engine), which neither fused kernel takes without a dense [B, T, S] mask.
+FUSED_UNUSED = {
+    "gpu": (
+        "cuDNN flash attention (jax.nn.dot_product_attention(implementation='cudnn')) is not "
+        "used: it masks by causal index and sequence lengths, the model by per-row positions; "
+        "a dense mask argument would be O(T x S) again"
+    ),
+    "tpu": (
+        "Pallas Splash attention is not used: its masks are static block-sparse patterns, the "
+        "model's are per-row positions known only at run time"
+    ),
+    # Any other backend (the CPU, and the CPU host that compiles for TPU ahead of time):
+    "": (
+        "no fused kernel on any backend: the model masks by per-row positions, cuDNN flash takes "
+        "causal/length masks only and Pallas Splash static block-sparse ones"
+    ),
+}
+
+_PLANS: dict[tuple, tuple[str, str]] = {}
+
+
+def attention_plan(c: ModelConfig, q_len: int, k_len: int, backend: str | None = None) -> tuple[str, str]:
+    """``(kernel, reason)`` for one layer's attention of ``q_len`` queries over ``k_len`` keys.
+
+    Kernels: ``"exact"`` (exact mode's batch-invariant or tiled kernels, whatever
+    ``attention_kernel`` says: bitwise sampler == learner rests on them), ``"full"`` (the full
+    score tensor) or ``"blockwise"`` (:func:`agentjax.policy.blockwise.blockwise_attention`).
+    ``"auto"`` is ``"full"`` below ``attention_blockwise_from`` keys (so the default run's
+    shapes keep their bits) and for fewer queries than ``attention_block`` (decode); the reason
+    says why no fused kernel was taken on ``backend`` (default: JAX's default backend).
+    """
+    if c.exact:
+        kind = c.invariant or "tiled"
+        return "exact", f"exact mode: the batch-invariant {kind!r} kernels (bitwise sampler == learner)"
+    backend = backend or jax.default_backend()
+    fused = FUSED_UNUSED.get({"cuda": "gpu", "rocm": "gpu"}.get(backend, backend), FUSED_UNUSED[""])
+    if c.attention_kernel == "full":
+        return "full", "attention_kernel='full'"
+    if c.attention_kernel == "blockwise":
+        return "blockwise", f"attention_kernel='blockwise', block={c.attention_block}; {fused}"
+    if k_len < c.attention_blockwise_from:
+        return "full", (
+            f"{k_len} keys < attention_blockwise_from={c.attention_blockwise_from}: the full score "
+            f"tensor [.., {q_len}, {k_len}]"
+        )
+    if q_len < c.attention_block:  # decode, and the slot engine's short chunks
+        return "full", (
+            f"{q_len} queries < attention_block={c.attention_block}: the full scores "
+            f"[.., {q_len}, {k_len}] are already linear in the keys (attention_kernel='blockwise' "
+            "forces the block loop)"
+        )
+    return "blockwise", (
+        f"{k_len} keys >= attention_blockwise_from={c.attention_blockwise_from}: blockwise, "
+        f"block={c.attention_block} (memory O({q_len} x {min(c.attention_block, k_len)}) per head); {fused}"
+    )
+
+
+def _plan(c: ModelConfig, q_len: int, k_len: int, where: str) -> str:
+    """:func:`attention_plan`, recorded (and logged once) per distinct call."""
+    kernel, reason = attention_plan(c, q_len, k_len)
+    key = (where, q_len, k_len, kernel, reason)
+    if key not in _PLANS:
+        _PLANS[key] = (kernel, reason)
+        logging.info("attention (%s, %d queries x %d keys): %s (%s)", where, q_len, k_len, kernel, reason)
+    return kernel
+
+
+def recorded_plans() -> list[dict]:
+    """Every distinct attention choice traced in this process: where (``"forced"``: teacher
+    forced, ``"cache"``: prefill/decode), queries, keys, kernel and the reason."""
+    return [{"where": w, "queries": t, "keys": s, "kernel": k, "reason": r} for (w, t, s, k, r) in _PLANS]
 
 
 def init_cache(config: ModelConfig, batch: int, max_len: int | None = None):
@@ -67,6 +152,12 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows,
             **opt,
         )
         return o.reshape(q.shape), None, None
+    if kbuf is None and _plan(c, t, t, "forced") == "blockwise":
+        kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)  # the cache layout
+        o = BW.blockwise_attention(
+            q.reshape(b, t, *q.shape[1:]), kv(k), kv(v), positions, positions, block=c.attention_block, **opt
+        )
+        return o.reshape(q.shape), None, None
     if kbuf is None:
         o = L.attention_standard(
             q.reshape(b, t, *q.shape[1:]),
@@ -99,5 +190,11 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows,
         return o.reshape(q.shape), kbuf, vbuf
     if c.exact:
         return L.attention_exact(q, pos_rows, batch_rows, kbuf, vbuf, c.exact_tile, **opt), kbuf, vbuf
+    if _plan(c, t, kbuf.shape[2], "cache") == "blockwise":
+        slots = jnp.broadcast_to(jnp.arange(kbuf.shape[2], dtype=jnp.int32), (b, kbuf.shape[2]))
+        o = BW.blockwise_attention(
+            q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, slots, block=c.attention_block, **opt
+        )
+        return o.reshape(q.shape), kbuf, vbuf
     o = L.attention_cache(q.reshape(b, t, *q.shape[1:]), kbuf, vbuf, positions, **opt)
     return o.reshape(q.shape), kbuf, vbuf

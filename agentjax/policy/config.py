@@ -30,6 +30,14 @@ class ExactKernels(Choice):
     TILED = "tiled"  # fixed row tiles of exact_tile rows (the reference construction)
 
 
+class AttentionKernel(Choice):
+    """Fast mode's attention (exact mode keeps its batch-invariant kernels whatever this says)."""
+
+    AUTO = "auto"  # full scores below attention_blockwise_from keys or attention_block queries
+    FULL = "full"  # the full score tensor [B, Hkv, G, T, S] (layers.attention_standard / _cache)
+    BLOCKWISE = "blockwise"  # online softmax over blocks of attention_block keys (policy/blockwise.py)
+
+
 class RopeType(Choice):
     DEFAULT = "default"  # plain RoPE
     LINEAR = "linear"  # frequencies / rope_factor
@@ -127,6 +135,14 @@ class ModelConfig:
     exact_tile: int = 0
     exact_kernels: ExactKernels = ExactKernels.AUTO  # used when exact_tile > 0
     remat: Remat = Remat.NONE
+    # Fast mode's attention (policy/attention.py: attention_plan): "auto" keeps the full score
+    # tensor below attention_blockwise_from keys (the default run's shapes, bit-identical to
+    # earlier versions) and for fewer queries than attention_block (decode: its scores are
+    # linear in the keys already), and attends by blocks of attention_block keys otherwise
+    # (memory O(T x block) instead of O(T x S); "blockwise" forces it for decode too).
+    attention_kernel: AttentionKernel = AttentionKernel.AUTO
+    attention_block: int = 512
+    attention_blockwise_from: int = 4096
     # Unroll factor of the learner's ``lax.scan`` over the stacked layers: 1 keeps one compiled
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
     # them all (a small model's train step ran 12% faster on CPU). The sampler always unrolls.
@@ -152,6 +168,8 @@ class ModelConfig:
             "max_seq_len",
             "critic_layers",
             "layer_unroll",
+            "attention_block",
+            "attention_blockwise_from",
         ):
             _check_positive(f, getattr(self, f))
         if self.n_heads % self.n_kv_heads:
@@ -163,6 +181,7 @@ class ModelConfig:
             ("value_head", ValueHead),
             ("remat", Remat),
             ("exact_kernels", ExactKernels),
+            ("attention_kernel", AttentionKernel),
             ("rope_type", RopeType),
             ("mlp_act", Activation),
         ):

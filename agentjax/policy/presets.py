@@ -13,7 +13,7 @@ qwen3_30b_a3b    48      2048    32     4         128       768 (expert)  128   
 All three: vocab 151936, q/k RMSNorm (``qk_norm``), untied LM head, RoPE theta 1e6, RMSNorm eps
 1e-6, 40960 positions. Parameters and compute are bfloat16 and the LM head float32. These presets
 carry no weights: use them with :func:`agentjax.policy.abstract_params` for ahead-of-time
-compilation (``agentjax.sharding.aot``), or load a checkpoint into them.
+compilation (``agentjax.podcheck.aot``), or load a checkpoint into them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ feeds one report row.)
 :func:`compile_step` lowers and compiles one jitted step from ``jax.ShapeDtypeStruct`` inputs
 and returns a :class:`StepReport` (``memory_analysis()`` per chip, collectives from
 ``as_text()``); :func:`format_report` prints a :class:`PlacementReport`. Part of
-:mod:`agentjax.sharding.aot` (which re-exports every name here).
+:mod:`agentjax.podcheck.aot` (which re-exports every name here).
 """
 
 from __future__ import annotations

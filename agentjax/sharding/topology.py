@@ -2,7 +2,7 @@
 
 With ``libtpu`` installed, :func:`topology_devices` gives the abstract devices of a TPU slice
 (``jax.experimental.topologies``); :func:`topology_mesh` builds a mesh over them. Part of
-:mod:`agentjax.sharding.aot` (which re-exports every name here).
+:mod:`agentjax.podcheck.aot` (which re-exports every name here).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Accounting of agentjax.sharding.aot that needs no TPU compiler: meshes, HLO parsing, bytes."""
+"""Accounting of agentjax.podcheck.aot that needs no TPU compiler: meshes, HLO parsing, bytes."""
 
 import jax
 import pytest
 
+from agentjax.podcheck import aot
 from agentjax.policy import abstract_params
 from agentjax.policy.presets import n_params, preset
-from agentjax.sharding import aot
 from agentjax.sharding.rules import ShardingRules, param_shardings
 from agentjax.testing.models import tiny_dense
 

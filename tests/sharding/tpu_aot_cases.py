@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from agentjax.sharding import aot
+from agentjax.podcheck import aot
 from agentjax.sharding.rules import ShardingRules
 from agentjax.testing.models import tiny_dense, tiny_moe
 from configs.compile_check import get_config

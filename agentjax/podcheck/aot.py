@@ -5,7 +5,7 @@ With ``libtpu`` installed, :func:`topology_devices` gives the abstract devices o
 ``jax.ShapeDtypeStruct`` inputs and compiles with the real TPU compiler. ``memory_analysis()`` of
 the compiled program gives per-chip bytes, ``as_text()`` its collectives and (loop-aware, see
 :mod:`agentjax.sharding.roofline`) its FLOPs and HBM bytes. MaxText does the same in
-``train_compile.py``. The programs compiled are the real ones (:mod:`agentjax.sharding.programs`):
+``train_compile.py``. The programs compiled are the real ones (:mod:`agentjax.podcheck.programs`):
 ``make_train_step`` with :data:`POD_LOSS` and the sampler's prefill (``extend``) and decode
 (``generate``). :func:`pod_config` sets up the model as it should run on a pod (per-layer remat,
 activation rows split like the batch).
@@ -25,10 +25,10 @@ from jax.sharding import Mesh
 
 from agentjax.learner.objective import LossConfig
 from agentjax.learner.step import OptimConfig, make_optimizer
+from agentjax.podcheck import programs
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import abstract_params, logical_axes
 from agentjax.sampling.sampler import Span
-from agentjax.sharding import programs
 from agentjax.sharding.aot_report import (  # noqa: F401  (re-exported)
     COLLECTIVES,
     PlacementReport,
