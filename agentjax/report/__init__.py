@@ -19,17 +19,8 @@ from __future__ import annotations
 import os
 
 from agentjax.report.common import declared_targets, label_group, load
-from agentjax.report.sections import (
-    classes,
-    cost,
-    curves,
-    delta,
-    episodes,
-    headline,
-    labels,
-    masked,
-    staleness,
-)
+from agentjax.report.outcome import curves, episodes, headline, labels
+from agentjax.report.systems import classes, cost, delta, masked, staleness
 
 __all__ = ["declared_targets", "label_group", "load", "write_report"]
 
