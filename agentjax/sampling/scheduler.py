@@ -312,8 +312,9 @@ class Scheduler:
             step_end_times=d["step_end_times"],
         )
         tasks = iter(tasks)
-        if skip_drawn:
-            next(itertools.islice(tasks, state.drawn, state.drawn), None)  # consume the drawn ones
+        if skip_drawn:  # a deterministic source replays the tasks already drawn: skip them
+            for _ in range(state.drawn):
+                next(tasks)
         return cls(
             tasks,
             worker,
