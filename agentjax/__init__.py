@@ -20,11 +20,11 @@ import importlib
 
 # name -> "module:attribute", resolved on first access
 _EXPORTS = {
-    "train": "agentjax.system:train",
+    "train": "agentjax.run.loop:train",
     "evaluate": "agentjax.evaluation:run_eval",
-    "parse_config": "agentjax.runconfig:parse",
-    "RunConfig": "agentjax.runconfig:RunConfig",
-    "ConfigError": "agentjax.runconfig:ConfigError",
+    "parse_config": "agentjax.run.config:parse",
+    "RunConfig": "agentjax.run.config:RunConfig",
+    "ConfigError": "agentjax.run.config:ConfigError",
     "ModelConfig": "agentjax.policy.config:ModelConfig",
     "SchedulerConfig": "agentjax.sampling.runlog:SchedulerConfig",
     "StalenessConfig": "agentjax.sampling.staleness:StalenessConfig",

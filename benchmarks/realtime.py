@@ -34,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agentjax import system  # noqa: E402
+from agentjax.run import loop  # noqa: E402
 from configs import default  # noqa: E402
 
 ROWS = (  # name: (scheduler mode, slot engine)
@@ -73,7 +73,7 @@ def run(name: str, mode: str, engine: bool, args, virtual: dict | None = None) -
         cfg = config(mode, args.steps, args.batch, args.slots, args.gap, engine, args.latency_scale)
         if virtual is not None:
             cfg.scheduler.update(clock="virtual", env_latency_scale=0.0, **virtual)
-        summary = system.train(cfg, wd, log=lambda s: None)
+        summary = loop.train(cfg, wd, log=lambda s: None)
         rows = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl")) if x.strip()]
     steps = [r for r in rows if "loss/total" in r]
     rt, eng, sch = summary.get("realtime", {}), summary.get("engine", {}), summary["scheduler"]

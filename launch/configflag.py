@@ -59,8 +59,9 @@ def _fields(cls) -> dict:
 
 def complete(cfg: ConfigDict) -> ConfigDict:
     """``cfg`` with every section and field present (see the module doc); the file's values win."""
-    from agentjax import runconfig, rundefaults  # noqa: PLC0415 - after flags, like the launchers
+    from agentjax import rundefaults
     from agentjax.objectives import registry  # noqa: PLC0415
+    from agentjax.run import config as runconfig  # noqa: PLC0415 - after flags, like the launchers
 
     full = {name: _fields(cls) for name, cls in runconfig._SECTIONS.items()}  # noqa: SLF001
     full["loss"].update({n: {} for n in registry.LOSSES})  # open: absent fields keep paper values

@@ -72,19 +72,20 @@ def main(argv):
             process_id=_PID.value,
             heartbeat_timeout_seconds=max(int(2 * peer_timeout), 1),
         )
-    from agentjax import report, system
+    from agentjax import report
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
+    from agentjax.run import loop
+    from agentjax.run.files import WorkdirError
     from agentjax.sampling.replay import ScheduleError
     from agentjax.sharding.exchange import PeerError
-    from agentjax.workdir import WorkdirError
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     if jax.process_index() == 0:  # the run header (system.train) follows: model, devices, schedule
         print(f"config: {flags.FLAGS['config'].config_filename}", flush=True)
     try:
-        summary = system.train(
+        summary = loop.train(
             cfg,
             _WORKDIR.value,
             resume=_RESUME.value,

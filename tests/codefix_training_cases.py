@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agentjax import report, system
+from agentjax import report
 from agentjax.learner.journal import Journal
 from agentjax.policy import forward
 from agentjax.policy.hf import load_hf_checkpoint
+from agentjax.run import loop
 from configs import codefix_tiny
 from launch import export as export_cli
 
@@ -47,7 +48,7 @@ def trained(tmp_path_factory, tiny_hf_dir):
     c.scheduler.update(num_slots=4, window=4)
     c.checkpoint_every = 2
     wd = str(tmp_path_factory.mktemp("codefix_run"))
-    summary = system.train(c, wd, log=lambda s: None)
+    summary = loop.train(c, wd, log=lambda s: None)
     return wd, summary, c
 
 

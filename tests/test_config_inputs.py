@@ -11,7 +11,7 @@ import pytest
 
 from agentjax.objectives import registry
 from agentjax.policy.config import ConfigError, ModelConfig
-from agentjax.runconfig import _SECTIONS, parse
+from agentjax.run.config import _SECTIONS, parse
 from configs import default
 from tests.runs import run_module
 
@@ -110,12 +110,12 @@ def test_mesh_axis_sizes_are_checked_by_parse(mesh, match):
 
 
 def test_a_mesh_larger_than_the_devices_is_a_config_error_before_any_work(tmp_path):
-    from agentjax import system
+    from agentjax.run import loop
     from tests.runs import tiny_config
 
     c = tiny_config("default", placement__learner_mesh__data=16)  # 8 fake devices in the suite
     with pytest.raises(ConfigError, match=r"placement.learner_mesh=\{'data': 16.*do not fit the 8 devices"):
-        system.train(c, str(tmp_path / "wd"), log=lambda s: None)
+        loop.train(c, str(tmp_path / "wd"), log=lambda s: None)
     assert not (tmp_path / "wd" / "metrics.jsonl").exists()
 
 

@@ -12,9 +12,11 @@ import os
 import numpy as np
 import pytest
 
-from agentjax import runconfig, runstate, system
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
+from agentjax.run import config as runconfig
+from agentjax.run import learner as runlearner
+from agentjax.run import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_CONFIGS = (
@@ -91,7 +93,7 @@ def _train(name, workdir, clock=None, **kw):
     c = _tiny(name)
     if clock is not None:
         c.scheduler.clock = clock
-    summary = system.train(c, str(workdir), log=lambda s: None, **kw)
+    summary = loop.train(c, str(workdir), log=lambda s: None, **kw)
     rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
     for r in rows:
         r.pop("wall", None)
@@ -119,14 +121,14 @@ def test_sync_exact_trains_deterministically_with_ratio_exactly_one(tmp_path):
 @pytest.mark.slow
 def test_moe_records_routes_and_the_learner_replays_them(tmp_path, monkeypatch):
     seen = []
-    make_batch = runstate.make_batch
+    make_batch = runlearner.make_batch
 
     def spy(*a, **k):
         arrays, bm = make_batch(*a, **k)
         seen.append(None if "routes" not in arrays else np.asarray(arrays["routes"]).shape)
         return arrays, bm
 
-    monkeypatch.setattr(runstate, "make_batch", spy)
+    monkeypatch.setattr(runlearner, "make_batch", spy)
     cfg = _load("moe")
     summary, rows = _train("moe", tmp_path)
     layers, k = 1, cfg.model.n_experts_per_token

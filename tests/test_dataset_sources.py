@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from agentjax import runconfig, tasks
+from agentjax import tasks
 from agentjax.policy.config import ConfigError
+from agentjax.run import config as runconfig
 from agentjax.tasks import records
 from configs import smoke
 from examples.dataset_verifiers import pick_rows, write_pick_dataset

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from agentjax import runconfig, tasks
+from agentjax import tasks
 from agentjax.envs.protocol import Label
 from agentjax.policy.config import ConfigError
+from agentjax.run import config as runconfig
 from agentjax.tasks.dataset import VERIFIER_VERSION, DatasetEnv, Item
 from configs import smoke
 from examples.dataset_verifiers import write_pick_dataset

@@ -8,10 +8,11 @@ import types
 
 import pytest
 
-from agentjax import runconfig, tasks
+from agentjax import tasks
 from agentjax.envs import toolcalls
 from agentjax.envs.protocol import InfraError, Label, ToolCallError
 from agentjax.policy.config import ConfigError
+from agentjax.run import config as runconfig
 from agentjax.tasks import datasettools
 from agentjax.tasks.dataset import Item
 from configs import smoke

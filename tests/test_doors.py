@@ -12,7 +12,7 @@ from absl import flags
 from agentjax import tasks
 from agentjax.learner.objective import LossConfig, policy_objective
 from agentjax.policy.config import ConfigError
-from agentjax.runconfig import parse
+from agentjax.run.config import parse
 from configs import default, smoke
 from launch.configflag import define_config
 

@@ -10,12 +10,14 @@ from agentjax import diagnostics, envs, sampling
 
 
 def test_the_top_level_names_are_the_systems_own_and_import_lazily():
-    from agentjax import evaluation, runconfig, system  # noqa: PLC0415
+    from agentjax import evaluation
+    from agentjax.run import config as runconfig  # noqa: PLC0415
+    from agentjax.run import loop  # noqa: PLC0415
 
-    assert agentjax.train is system.train and agentjax.evaluate is evaluation.run_eval
+    assert agentjax.train is loop.train and agentjax.evaluate is evaluation.run_eval
     assert agentjax.parse_config is runconfig.parse and agentjax.RunConfig is runconfig.RunConfig
     assert set(agentjax.__all__) >= {"train", "evaluate", "RunConfig", "SchedulerConfig", "StalenessConfig"}
-    code = "import sys, agentjax; print('agentjax.system' in sys.modules, 'jax' in sys.modules)"
+    code = "import sys, agentjax; print('agentjax.run.loop' in sys.modules, 'jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]  # `import agentjax` pulls in nothing heavy
 

@@ -18,7 +18,8 @@ import os
 
 import pytest
 
-from agentjax import loopparts, system
+from agentjax.run import loop
+from agentjax.run import loopparts as loopparts
 from tests.runs import tiny_config
 
 pytestmark = pytest.mark.slow  # each test trains (the memoised runs are shared within the module)
@@ -49,7 +50,7 @@ def first_step(tmp_path_factory):
             workdir = tmp_path_factory.mktemp(config)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(loopparts, "batch_rewards", _token_rewards)
-                system.train(cfg, str(workdir), log=lambda s: None)
+                loop.train(cfg, str(workdir), log=lambda s: None)
             rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
             seen[key] = next(r for r in rows if "loss/total" in r)
         return seen[key]

@@ -9,8 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from agentjax import loopparts, runstate, system
 from agentjax.learner.journal import Journal
+from agentjax.run import build as runbuild
+from agentjax.run import learner as runlearner
+from agentjax.run import loop
+from agentjax.run import loopparts as loopparts
 from tests.runs import tiny_config as _config
 
 
@@ -27,7 +30,7 @@ def _token_rewards(run, trajs):
 
 
 def _train(cfg, workdir):
-    summary = system.train(cfg, str(workdir), log=lambda s: None)
+    summary = loop.train(cfg, str(workdir), log=lambda s: None)
     rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
     return summary, [r for r in rows if "loss/total" in r]
 
@@ -85,18 +88,18 @@ def test_decoupled_ppo_minibatches_move_the_update_ratio(tmp_path):
 @pytest.mark.slow
 def test_advantage_estimators_differ_on_the_same_first_batch(tmp_path, monkeypatch):
     seen = {}
-    make_batch = runstate.make_batch
+    make_batch = runlearner.make_batch
 
     def spy(trajs, *a, **k):
         arrays, bm = make_batch(trajs, *a, **k)
         seen.setdefault(k["advantage"], (list(k["rewards"]), arrays["advantages"].copy()))
         return arrays, bm
 
-    monkeypatch.setattr(runstate, "make_batch", spy)
+    monkeypatch.setattr(runlearner, "make_batch", spy)
     # a smoke policy fails every task (all verdict rewards 0, no group has a signal): give the
     # batch rewards that vary within groups, a function of each trajectory's own tokens
     monkeypatch.setattr(
-        runstate.loopparts,
+        runlearner.loopparts,
         "batch_rewards",
         lambda run, trajs: [float(t.num_action_tokens % 3) for t in trajs],
     )
@@ -259,7 +262,7 @@ def test_gae_bootstraps_rows_the_system_cut_with_the_critic_value(tmp_path, monk
 
         return wrapped
 
-    monkeypatch.setattr(runstate, "make_train_step", spy)
+    monkeypatch.setattr(runbuild, "make_train_step", spy)
     critic = dict(model__value_head="shared", loss__advantage="gae", loss__value_coef=0.5)
     _train(_config("default", steps=1, context__policy="drop_oldest_observations", **critic), tmp_path)
     fn, state, batch, rest = calls[0]

@@ -23,25 +23,14 @@ ALLOWED = {
     "learner": {"policy", "objectives", "trajectory", "tagjson"},
     "diagnostics": {"policy", "sampling", "envs", "objectives", "trajectory"},
     "podcheck": {"policy", "learner", "sampling", "sharding"},  # the programs a pod check compiles
-    "configcheck": {"policy"},
     "tasks": {"policy", "sampling", "envs", "trajectory", "tagjson"},
-    "runsections": {"envs"},
-    "loopparts": {"envs", "sampling", "trajectory"},
-    "runconfig": {"policy", "sampling", "learner", "envs", "objectives", "sharding", "trajectory",
-                  "configcheck", "tasks", "runsections", "loopparts"},
     "report": {"diagnostics", "trajectory"},
-    "runstate": {"runconfig", "policy", "sampling", "learner", "envs", "objectives", "sharding",
-                 "diagnostics", "trajectory", "tasks", "loopparts", "runsections"},
-    "runsummary": {"runstate", "sharding", "diagnostics"},
-    "runclock": {"sampling"},
-    "workdir": {"runconfig", "runstate", "learner", "sampling", "diagnostics", "loopparts"},
-    "system": {"runconfig", "runstate", "runsummary", "runclock", "workdir", "policy", "sampling", "learner",
-               "envs", "objectives", "sharding", "diagnostics", "trajectory", "report", "tasks", "loopparts",
-               "runsections"},
-    "evaluation": {"runconfig", "system", "runstate", "policy", "sampling", "learner", "envs", "diagnostics",
-                   "tasks", "workdir"},
+    # one training run: config, build, learner, loop, clock, files, summary (agentjax/run/)
+    "run": {"policy", "sampling", "learner", "envs", "objectives", "sharding", "diagnostics", "trajectory",
+            "tasks"},
+    "evaluation": {"run", "policy", "sampling", "learner", "envs", "diagnostics", "tasks"},
     "testing": {"trajectory", "tagjson", "objectives", "policy", "envs", "sharding", "sampling", "learner",
-                "diagnostics", "runconfig", "runstate", "workdir", "system", "evaluation", "tasks"},
+                "diagnostics", "run", "evaluation", "tasks"},
 }  # fmt: skip
 LEAVES = {"choice", "importpath", "rundefaults"}  # import nothing from agentjax; allowed from every unit
 

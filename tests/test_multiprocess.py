@@ -155,26 +155,26 @@ def test_a_killed_process_fails_the_run_and_resume_continues_exactly(two_process
 
 
 def test_distributed_runs_refuse_partial_rollout(monkeypatch, tmp_path):
-    from agentjax import system
     from agentjax.policy.config import ConfigError
+    from agentjax.run import loop
     from agentjax.sharding import multihost
     from tests.runs import tiny_config
 
     monkeypatch.setattr(multihost, "is_distributed", lambda: True)
     cfg = tiny_config("default", scheduler__round_budget=8, scheduler__engine_slots=4, checkpoint_every=0)
     with pytest.raises(ConfigError, match=r"round_budget=8 \(partial rollout\) runs one process"):
-        system.train(cfg, str(tmp_path), log=lambda s: None)
+        loop.train(cfg, str(tmp_path), log=lambda s: None)
 
 
 def test_learner_rows_that_do_not_split_over_the_mesh_fail_at_start(tmp_path):
-    from agentjax import system
     from agentjax.policy.config import ConfigError
+    from agentjax.run import loop
     from tests.runs import tiny_config
 
     cfg = tiny_config("default", placement__learner_mesh__fsdp=3)  # 16 rows over 3 devices
     with pytest.raises(ConfigError, match=r"learner batch's 16 rows .* fsdp = 3 .* multiple of 3"):
-        system.train(cfg, str(tmp_path), log=lambda s: None)
+        loop.train(cfg, str(tmp_path), log=lambda s: None)
     cfg = tiny_config("default", placement__learner_mesh__fsdp=4, warm_start__batch_size=6)
     with pytest.raises(ConfigError, match=r"warm_start.batch_size's 6 rows .* fsdp = 4"):
-        system.train(cfg, str(tmp_path), log=lambda s: None)
+        loop.train(cfg, str(tmp_path), log=lambda s: None)
     assert not os.path.exists(tmp_path / "metrics.jsonl")

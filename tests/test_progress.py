@@ -3,7 +3,7 @@ took their time in another process)."""
 
 import pytest
 
-from agentjax.runsummary import _clock, eta_s
+from agentjax.run.summary import _clock, eta_s
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from agentjax import system
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
+from agentjax.run import loop
 from agentjax.sampling.replay import ScheduleError
 from tests.runs import tiny_config
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def _train(workdir, **overrides):
     cfg = tiny_config("default", steps=3, scheduler__clock="real", **overrides)
-    summary = system.train(cfg, str(workdir), log=lambda s: None)
+    summary = loop.train(cfg, str(workdir), log=lambda s: None)
     rows = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl")) if x.strip()]
     return summary, [r for r in rows if "loss/total" in r]
 
@@ -95,7 +95,7 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path, engine_slots)
     assert any(r["batch/all_same_groups"] < r["batch/groups"] for r in rows)
     assert os.path.exists(tmp_path / "real" / "schedule.json")
     cfg = tiny_config("default", steps=3, scheduler__clock="real", **kw)
-    again = system.train(cfg, str(tmp_path / "replay"), replay=str(tmp_path / "real"), log=lambda s: None)
+    again = loop.train(cfg, str(tmp_path / "replay"), replay=str(tmp_path / "real"), log=lambda s: None)
     assert again["params_sha256"] == first["params_sha256"]
     assert _episodes(tmp_path / "replay") == _episodes(tmp_path / "real")
     versions = {r["step"]: r["version_gap_max"] for r in rows}
@@ -104,7 +104,7 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path, engine_slots)
     # another config is refused before any work, naming what differs
     other = tiny_config("default", steps=3, scheduler__clock="real", scheduler__mode="async")
     with pytest.raises(ScheduleError, match=r"another config \(sections \['admission', 'scheduler', 'warm"):
-        system.train(other, str(tmp_path / "other"), replay=str(tmp_path / "real"), log=lambda s: None)
+        loop.train(other, str(tmp_path / "other"), replay=str(tmp_path / "real"), log=lambda s: None)
 
 
 def test_sync_real_time_never_overlaps(tmp_path):
@@ -152,11 +152,11 @@ def test_sigkill_then_resume_continues_a_real_time_run_on_the_slot_engine(tmp_pa
     assert ids and set(ids) <= again  # the tasks in flight at the checkpoint were sampled again
     cfg = tiny_config("default", scheduler__clock="real")
     with pytest.raises(ScheduleError, match=f"resumed at step {killed_at}"):
-        system.train(cfg, str(tmp_path / "again"), replay=wd, log=lambda s: None)
+        loop.train(cfg, str(tmp_path / "again"), replay=wd, log=lambda s: None)
 
 
 def test_unknown_clock_is_named():
-    from agentjax import runconfig
+    from agentjax.run import config as runconfig
 
     with pytest.raises(
         ConfigError, match=r"scheduler.clock='wall' is invalid; allowed values: \['virtual', 'real'\]"
@@ -169,4 +169,4 @@ def test_more_than_one_process_refuses_the_real_clock(monkeypatch, tmp_path):
 
     monkeypatch.setattr(multihost, "is_distributed", lambda: True)
     with pytest.raises(ConfigError, match=r"pass --config.scheduler.clock=virtual"):
-        system.train(tiny_config("default", scheduler__clock="real"), str(tmp_path), log=lambda s: None)
+        loop.train(tiny_config("default", scheduler__clock="real"), str(tmp_path), log=lambda s: None)

@@ -3,7 +3,7 @@
 import pytest
 
 from agentjax.policy.config import ConfigError
-from agentjax.runconfig import parse
+from agentjax.run.config import parse
 from configs import default, smoke
 
 
@@ -244,15 +244,15 @@ def test_fuzzed_configs_parse_or_name_the_field():
 
 
 def test_a_context_too_small_for_any_episode_is_rejected_before_work():
-    from agentjax import system
+    from agentjax.run.build import build  # noqa: PLC0415
 
     c = smoke.get_config()
     c.model.max_seq_len = 8  # shorter than the shortest prompt plus one action
     with pytest.raises(
         ConfigError, match=r"model.max_seq_len=8 is too small for any episode.*must be >= \d+"
     ):
-        system.build(parse(c))
-    assert system.build(parse(smoke.get_config())).model.max_seq_len == 96
+        build(parse(c))
+    assert build(parse(smoke.get_config())).model.max_seq_len == 96
 
 
 def test_partial_rollout_needs_the_slot_engine_and_no_virtual_checkpoints():

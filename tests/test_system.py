@@ -264,8 +264,8 @@ def test_a_run_writes_no_nan_and_tensorboard_never_warns(reference):
 
 
 def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(reference):
-    from agentjax import runconfig
-    from agentjax import workdir as files
+    from agentjax.run import config as runconfig
+    from agentjax.run import files as files
 
     wd, _ = reference
     ckdir = os.path.join(wd, "checkpoints")
@@ -280,13 +280,13 @@ def test_checkpoints_carry_the_config_and_snapshots_are_pruned_with_them(referen
 def test_resuming_a_finished_run_changes_nothing(reference, tmp_path):
     import shutil
 
-    from agentjax import system
+    from agentjax.run import loop
 
     wd = str(tmp_path / "done")
     shutil.copytree(reference[0], wd)
     before = _files(wd)
     logs = []
-    summary = system.train(_smoke(), wd, resume=True, log=logs.append)
+    summary = loop.train(_smoke(), wd, resume=True, log=logs.append)
     assert any("nothing to do" in x for x in logs), logs
     assert summary["final_eval"]["eval/n"] == 16  # not overwritten with null
     assert _files(wd) == before
@@ -297,8 +297,8 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
     scheduler snapshot: each a CheckpointError naming the cause; the workdir is left as it was."""
     import shutil
 
-    from agentjax import system
     from agentjax.learner.journal import Journal
+    from agentjax.run import loop
 
     wd = str(tmp_path / "wd")
     shutil.copytree(reference[0], wd)
@@ -306,7 +306,7 @@ def test_resume_refuses_what_it_cannot_repair_and_changes_nothing(reference, tmp
 
     def refused(match, cfg=None):
         with pytest.raises(ckpt.CheckpointError, match=match):
-            system.train(cfg or _smoke(), wd, resume=True, log=lambda s: None)
+            loop.train(cfg or _smoke(), wd, resume=True, log=lambda s: None)
         assert _files(wd) == before
 
     other = _smoke()

@@ -13,13 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentjax import workdir as files
+from agentjax.run import files as files
 from tests.runs import ROOT, run_module
 
 _HOLD = textwrap.dedent(
     """
     import sys, time
-    from agentjax.workdir import RunLock
+    from agentjax.run.files import RunLock
     RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)

@@ -12,7 +12,7 @@ from agentjax.evaluation.checkpoint import evaluate_checkpoint, evaluate_export,
 from agentjax.evaluation.common import episode_metrics, run_parts, structured, table
 from agentjax.evaluation.scripted import MINIREPO_AGENTS, evaluate_codefix, evaluate_minirepo_agent
 from agentjax.policy.config import ConfigError
-from agentjax.runstate import EVAL_SEED
+from agentjax.run.build import EVAL_SEED
 
 
 def run_eval(

@@ -11,7 +11,7 @@ from agentjax.evaluation.common import run_parts, structured
 def heldout_figures(parts, params, step: int, sampled: bool) -> dict:
     """The run's own held-out evaluation (greedy, ``runstate.evaluate_heldout``'s seed and
     judges), and with ``sampled`` the same tasks sampled at ``rl.temperature``."""
-    from agentjax.runstate import evaluate_policy  # noqa: PLC0415
+    from agentjax.run.build import evaluate_policy  # noqa: PLC0415
     from agentjax.sampling.sampler import Sampler  # noqa: PLC0415
     from agentjax.sampling.transforms import Greedy, Temperature  # noqa: PLC0415
 
@@ -91,7 +91,7 @@ def stored_config(workdir: str) -> dict | None:
     """The config a ``launch.train`` run in ``workdir`` was started with (None: none stored)."""
     import json  # noqa: PLC0415
 
-    from agentjax.workdir import RUN_CONFIG  # noqa: PLC0415
+    from agentjax.run.files import RUN_CONFIG  # noqa: PLC0415
 
     path = os.path.join(workdir, RUN_CONFIG)
     if not os.path.isfile(path):

@@ -91,14 +91,15 @@ def structured(flat: dict) -> dict:
 
 
 def run_parts(cfg, num_tasks: int | None):
-    from agentjax import runconfig, system  # noqa: PLC0415
+    from agentjax.run import build as runbuild  # noqa: PLC0415
+    from agentjax.run import config as runconfig  # noqa: PLC0415
 
     run = runconfig.parse(cfg, evaluation=True)
     if num_tasks is not None:
         if num_tasks < 1:
             raise ConfigError(f"--num_tasks={num_tasks} is invalid; must be an integer >= 1")
         run = dataclasses.replace(run, task=dataclasses.replace(run.task, eval_tasks=num_tasks))
-    return system.build(run)
+    return runbuild.build(run)
 
 
 def _pct(x) -> str:

@@ -54,11 +54,11 @@ def evaluate_minirepo_agent(cfg, agent: str, *, num_tasks: int | None = None) ->
 
 def evaluate_codefix(cfg, *, agents: Sequence[str] | None = None, num_tasks: int | None = None) -> dict:
     """Every scripted agent on every codefix task; raises SandboxUnavailable without a sandbox."""
-    from agentjax import runconfig  # noqa: PLC0415
     from agentjax.envs import codefix  # noqa: PLC0415
     from agentjax.envs.codefix.agents import AGENTS, play  # noqa: PLC0415
     from agentjax.envs.codefix.audit import audit_verify  # noqa: PLC0415
     from agentjax.envs.codefix.env import CodefixEnv, EnvConfig  # noqa: PLC0415
+    from agentjax.run import config as runconfig  # noqa: PLC0415
 
     run = runconfig.parse(cfg, evaluation=True)
     c = run.codefix

@@ -205,7 +205,7 @@ class EngineRollout(Rollout):
                 del waiting[i]
                 env, res, err, wall = d.value if d.error is None else (None, None, _pool_error(d.error), 0.0)
                 if env is not None:  # a process pool's step brings the stepped environment back
-                    self.rows[i].spec.env = env
+                    self.rows[i].set_env(env)
                 obs = self._env_result(i, res, err, wall)
                 self._observe(i, obs, self._back)
             for s in range(n_slots):  # an ended episode frees its slot at once
@@ -215,7 +215,8 @@ class EngineRollout(Rollout):
             while owner.count(-1) < len(self._new) + len(self._back) and self._evictable():
                 i = min(self._evictable(), key=lambda j: waiting[j])  # waited longest
                 owner[self._slot.pop(i)] = -1
-                self.rows[i].evicted, m["evictions"] = True, m["evictions"] + 1
+                self.rows[i].evict()
+                m["evictions"] += 1
             t1 = time.perf_counter()
             self._admit_free_slots()
             if self._pending:  # every prompt, re-prefill and observation of this step
@@ -261,7 +262,7 @@ class EngineRollout(Rollout):
         if adm.keep and p.slot_row is not None:
             self._kept[i] = p.slot_row
         else:  # recompute: the context and the action so far, under the weights of this call
-            self.rows[i].evicted = True
+            self.rows[i].evict()
         self._back.append(i)
 
     def _spent_all(self, i: int) -> bool:
@@ -325,7 +326,7 @@ class EngineRollout(Rollout):
             turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
             if recs[s].status == Status.FULL:
                 self._close_turn(o, [])
-                r.done, r.stop = True, StopReason.CONTEXT_FULL
+                r.end(StopReason.CONTEXT_FULL)
             elif recs[s].status == Status.STOPPED or turn_full:
                 text = self._action_text(o)
                 if text is not None:
@@ -338,26 +339,22 @@ class EngineRollout(Rollout):
             r = self.rows[i]
             if i in self.paused or (r.done and i not in self._waiting):
                 self._open.discard(i)
-                r.result = self._paused_trajectory(i) if i in self.paused else self._trajectory(r)
+                result = r.deliver(self._paused_trajectory(i) if i in self.paused else self._trajectory(r))
                 if on_done is not None:
-                    on_done(i, r.result)
+                    on_done(i, result)
 
     def _pause(self, i: int, slot_row) -> None:
         """Row ``i`` spent its round budget: it stops here, resumable."""
         r = self.rows[i]
-        if r.gen["tok"]:
-            r.pauses.append(len(r.gen["tok"]))
-        r.stop = StopReason.ROUND_BUDGET_PAUSED
+        r.pause()
         self.paused[i] = Paused(r, self._stream[i], self._routes.get(i), slot_row)
 
     def _paused_trajectory(self, i: int) -> Trajectory:
         """The record so far: the finished turns and the unfinished action (no observation)."""
         r = self.rows[i]
         t = self._trajectory(r)
-        if r.gen["tok"]:
-            t.turns = [*r.turns, self._turn_of(i, [])]
-        t.final_reward, t.label = 0.0, None
-        return t
+        turns = [*r.turns, self._turn_of(i, [])] if r.gen["tok"] else t.turns
+        return dataclasses.replace(t, turns=turns, final_reward=0.0, label=None)
 
     def _evictable(self) -> list[int]:
         """Episodes holding a slot while their environment runs, evictable by ``evict_after``."""
@@ -377,15 +374,13 @@ class EngineRollout(Rollout):
 
     def _set_context(self, i: int, toks: np.ndarray) -> None:
         l = self.engine.max_len
-        self.rows[i].context = self._stream[i] = toks[:l]
+        self._stream[i] = toks[:l]
+        self.rows[i].set_context(self._stream[i])
         if toks.size >= l:  # no room to act: the context is full, as in Rollout
-            self.rows[i].done, self.rows[i].stop = True, StopReason.CONTEXT_FULL
+            self.rows[i].end(StopReason.CONTEXT_FULL)
 
     def _record(self, i: int, rec, seconds: float) -> None:
-        r = self.rows[i]
-        for k, x in (("tok", rec.tokens), ("lp", rec.logp), ("raw", rec.logp_raw), ("ver", rec.version)):
-            r.gen[k].extend(x.tolist())
-        r.timings["generation"] += seconds
+        self.rows[i].record(rec.tokens, rec.logp, rec.logp_raw, rec.version, seconds)
         self._stream[i] = np.concatenate([self._stream[i], rec.tokens])
         self._routes[i] = self.engine.routes(self.state, self._slot[i], self._stream[i].size)
 

@@ -81,6 +81,40 @@ class _Row:
     call_error: str | None = None  # why the action was not a tool call (agent_error)
     evicted: bool = False  # the slot engine gave up this row's slot while its environment ran
 
+    # The rollouts (lock-step and slot engine) change a row only through these methods.
+    def end(self, stop: StopReason) -> None:
+        """The episode is over, for ``stop``."""
+        self.done, self.stop = True, stop
+
+    def pause(self) -> None:
+        """The round budget ran out mid-action: resumable (the pause's offset is recorded)."""
+        if self.gen["tok"]:
+            self.pauses.append(len(self.gen["tok"]))
+        self.stop = StopReason.ROUND_BUDGET_PAUSED
+
+    def record(self, tokens, logp, logp_raw, version, seconds: float) -> None:
+        """Generated tokens of the current action, with their log-probs and versions."""
+        for k, x in (("tok", tokens), ("lp", logp), ("raw", logp_raw), ("ver", version)):
+            self.gen[k].extend(np.asarray(x).tolist())
+        self.timings["generation"] += seconds
+
+    def set_env(self, env) -> None:
+        """The episode's environment as a process pool's worker stepped it (a copy came back)."""
+        self.spec.env = env
+
+    def evict(self) -> None:
+        """The slot engine gave up the row's slot: its next action is re-prefilled (recomputed)."""
+        self.evicted = True
+
+    def set_context(self, tokens: np.ndarray) -> None:
+        """What the model sees before the row's next action."""
+        self.context = tokens
+
+    def deliver(self, result: Trajectory) -> Trajectory:
+        """The row's record (finished or paused), kept and returned."""
+        self.result = result
+        return result
+
 
 def bucket(n: int, smallest: int = 8) -> int:
     """The next power of two >= n (at least ``smallest``): few distinct compiled batch sizes."""
@@ -187,13 +221,17 @@ class Rollout:
                 if r.done or n == 0:
                     continue
                 spent[i] += n
-                r.timings["generation"] += dt * n / max(int(budget.sum()), 1)
-                for k, src in (("tok", "tokens"), ("lp", "logp"), ("raw", "logp_raw"), ("ver", "version")):
-                    r.gen[k].extend(rec[src].tolist())
+                r.record(
+                    rec["tokens"],
+                    rec["logp"],
+                    rec["logp_raw"],
+                    rec["version"],
+                    dt * n / max(int(budget.sum()), 1),
+                )
                 turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
                 if status[i] == Status.FULL:
                     self._close_turn(i, [])
-                    r.done, r.stop = True, StopReason.CONTEXT_FULL
+                    r.end(StopReason.CONTEXT_FULL)
                 elif status[i] == Status.STOPPED or turn_full:
                     obs_toks[i] = self._env_step(i)
                 else:  # paused by the round budget: resumable
@@ -220,7 +258,7 @@ class Rollout:
         except Exception as e:  # noqa: BLE001 - recorded on the episode, never a crash of the run
             _, evidence = attribute_step_error(e)
             r.env_error = {**evidence, "attribution": "infra: the environment's reset raised"}
-            r.done, r.stop = True, StopReason.INFRA_FAULT
+            r.end(StopReason.INFRA_FAULT)
             return []
         finally:
             r.timings["env_wall"] += time.perf_counter() - t0
@@ -235,7 +273,7 @@ class Rollout:
             if not r.done and length[i] >= self.sampler.config.max_seq_len:
                 if r.gen["tok"]:
                     self._close_turn(i, [])
-                r.done, r.stop = True, StopReason.CONTEXT_FULL
+                r.end(StopReason.CONTEXT_FULL)
 
     def _turn_budget(self, i: int) -> int:
         r = self.rows[i]

@@ -34,12 +34,14 @@ from agentjax.sampling.sampler import Sampler
 @dataclasses.dataclass
 class SamplerWorker:
     """Runs rollout rounds with the real sampler; ``params[v]`` holds the weights (and their true
-    behaviour version) that the sampler uses at scheduler version ``v``."""
+    behaviour version) that the sampler uses at scheduler version ``v``. ``make_env(rates)``
+    makes an episode's environment with the fault rates in force (``env_rates``: the latest
+    published, a value each environment copies)."""
 
     sampler: Sampler
     codec: Codec
     caps: Caps
-    make_env: Callable[[], Any]
+    make_env: Callable[[dict], Any]
     rng: jax.Array
     gen_seconds_per_token: float = 0.01
     context: Any = None
@@ -48,6 +50,7 @@ class SamplerWorker:
     pool: EnvPool | None = None
     engine_totals: dict = dataclasses.field(default_factory=dict)  # EngineRollout.metrics, summed
     exchange: Any = None  # sharding.exchange.Exchange: this process runs its share of each call
+    env_rates: dict = dataclasses.field(default_factory=dict)  # fault rates new episodes get
 
     def engine_report(self) -> dict:
         """The slot engine's totals over every round: tokens, chunks, slot occupancy, evictions,
@@ -66,14 +69,22 @@ class SamplerWorker:
         }
 
     def publish(
-        self, version: int, params, keep_from: int | None = None, behaviour_version: int | None = None
+        self,
+        version: int,
+        params,
+        keep_from: int | None = None,
+        behaviour_version: int | None = None,
+        env_rates: dict | None = None,
     ) -> None:
         """Makes ``params`` the sampler's weights for scheduler ``version``; drops older versions.
 
         ``behaviour_version``: the learner version those weights really are (older than
         ``version`` when a disaggregated sampler syncs only every k steps); tokens record it.
+        ``env_rates``: the fault rates episodes started from now on get (None: unchanged).
         """
         self.params[version] = (params, version if behaviour_version is None else behaviour_version)
+        if env_rates is not None:
+            self.env_rates = dict(env_rates)
         if keep_from is not None:
             for v in [v for v in self.params if v < keep_from]:
                 del self.params[v]
@@ -178,7 +189,7 @@ class SamplerWorker:
 
     def _spec(self, item: WorkItem) -> EpisodeSpec:
         t = item.task
-        return EpisodeSpec(self.make_env(), t.task, t.seed, t.task_id, t.task_class)
+        return EpisodeSpec(self.make_env(self.env_rates), t.task, t.seed, t.task_id, t.task_class)
 
 
 def _progress(paused) -> tuple[int, float]:

@@ -176,8 +176,8 @@ def test_reference_kl_is_zero_at_the_reference_and_pulls_back_towards_it():
 
 
 def test_run_config_with_gae_and_no_critic_fails_naming_the_field():
-    from agentjax import runconfig
     from agentjax.policy.config import ConfigError
+    from agentjax.run import config as runconfig
     from configs import default
 
     cfg = default.get_config()

@@ -161,7 +161,7 @@ MUTATIONS = (
     Mutation(
         "rubric_reward_ignored",
         "6 reward: rubric in the reward",
-        "agentjax/loopparts.py",
+        "agentjax/run/loopparts.py",
         '    if run.rubric.mode != "reward":\n',
         "    if True:\n",
         (f"{FT}::test_rubric_in_the_reward_changes_the_rewards_and_evidence_mode_does_not",),
@@ -235,7 +235,7 @@ MUTATIONS = (
     Mutation(
         "fingerprint_drop_counted_not_applied",
         "8 noise: env fingerprints (group mode)",
-        "agentjax/loopparts.py",
+        "agentjax/run/loopparts.py",
         "            w, dropped = 0.0, dropped + 1\n",
         "            w, dropped = w, dropped + 1\n",
         (f"{FT}::test_group_fingerprints_drop_members_judged_in_another_environment",),

@@ -141,8 +141,9 @@ def test_missing_shard_and_index_disagreeing_with_files(tmp_path):
 
 
 def test_bad_checkpoint_stops_training_before_any_work(tmp_path, tiny_hf_dir):
-    """Through the run config: every bad-input error is a ConfigError out of system.build."""
-    from agentjax import runconfig, system
+    """Through the run config: every bad-input error is a ConfigError out of run.build.build."""
+    from agentjax.run import config as runconfig  # noqa: PLC0415
+    from agentjax.run.build import build  # noqa: PLC0415
     from configs import codefix_tiny
 
     d = shutil.copytree(tiny_hf_dir, tmp_path / "bad")
@@ -155,21 +156,21 @@ def test_bad_checkpoint_stops_training_before_any_work(tmp_path, tiny_hf_dir):
         match=r"bad/model.safetensors: tensor 'model.layers.0.mlp.\w+_proj.weight' "
         r"has shape .*expected .* from config.json",
     ):
-        system.build(runconfig.parse(c))
+        build(runconfig.parse(c))
     (d / "config.json").write_text(json.dumps({**cfg, "architectures": ["GemmaForCausalLM"]}))
     with pytest.raises(
         HFImportError,
         match=r"bad/config.json: architectures=\['GemmaForCausalLM'\] is not "
         r"supported; supported: \[.*'LlamaForCausalLM'",
     ):
-        system.build(runconfig.parse(c))
+        build(runconfig.parse(c))
     c.model.d_model = 8
     with pytest.raises(ConfigError, match=r"model fields \['model.d_model'\] come from"):
         runconfig.parse(c)
 
 
 def test_hf_configs_parse_and_name_a_missing_directory(tiny_hf_dir):
-    from agentjax import runconfig
+    from agentjax.run import config as runconfig
     from configs import codefix_tiny, qwen3_codefix
 
     for mod in (codefix_tiny, qwen3_codefix):

@@ -7,13 +7,13 @@ escaped its reward by crashing its environment."""
 import jax
 import pytest
 
-from agentjax import loopparts
 from agentjax.envs import minirepo
 from agentjax.envs.protocol import MAX_ERROR_CHARS, InfraError, Label, attribute_step_error
 from agentjax.envs.sandbox import SandboxUnavailable
 from agentjax.policy import init_params
 from agentjax.policy.codec import Codec
 from agentjax.policy.tokenizer import WordTokenizer
+from agentjax.run import loopparts as loopparts
 from agentjax.sampling.engine_rollout import _pool_error
 from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
 from agentjax.sampling.sampler import Sampler

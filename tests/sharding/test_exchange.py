@@ -118,16 +118,16 @@ class InTurn:
 def test_heldout_evaluation_split_over_processes_equals_one_process(tmp_path, count):
     import jax
 
-    from agentjax import runconfig
     from agentjax.policy.model import init_params
-    from agentjax.runstate import RunState, build, evaluate_heldout
+    from agentjax.run import config as runconfig
+    from agentjax.run.build import build, compose, evaluate_heldout
     from tests.runs import tiny_config
 
     parts = build(runconfig.parse(tiny_config("default")))
-    r = RunState(parts, str(tmp_path), lambda s: None)
+    c = compose(parts)
     params = init_params(parts.model, jax.random.key(0))
-    whole = evaluate_heldout(r, params, 0)
-    r.worker.exchange = InTurn(count)
+    whole = evaluate_heldout(c, params, 0)
+    c.worker.exchange = InTurn(count)
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN == NaN
-    assert same(evaluate_heldout(r, params, 0), whole)
-    assert whole["eval/n"] == len(parts.heldout) == r.worker.exchange.items  # all went through it
+    assert same(evaluate_heldout(c, params, 0), whole)
+    assert whole["eval/n"] == len(parts.heldout) == c.worker.exchange.items  # all went through it

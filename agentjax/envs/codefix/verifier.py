@@ -41,10 +41,11 @@ _REWARD = {Label.PASS: 1.0, Label.FAIL: 0.0, Label.REWARD_HACK: -1.0, Label.INFR
 _HIDDEN_TEMPLATE = """import importlib
 import os
 
+import __main__
 import pytest
 
 CASES = json_cases
-_emit = pytest.agentjax_emit
+_emit = __main__.emit  # the runner's (agentjax/envs/codefix/_runner.py), bound before any agent code runs
 
 
 def _call(case):

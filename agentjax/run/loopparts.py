@@ -1,15 +1,15 @@
 """Pieces of the training loop built from the run config's feature sections (issue #16).
 
-Pure functions of the config and the batch; :mod:`agentjax.system` calls them. See
-:mod:`agentjax.runsections` for what each section means.
+Pure functions of the config and the batch; :mod:`agentjax.run.build` and
+:mod:`agentjax.run.learner` call them. See :mod:`agentjax.run.sections` for what each section
+means.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,10 +26,11 @@ class InjectedEnvCrash(InfraError):
 
 
 class NoisyEnv:
-    """Wraps a task's environment with the configured fault injection. At each reset it reads
-    the current rates (so a noise curriculum moves them): the environment's own classes go to
-    its ``reset(..., fault_rates=...)``; ``env_crash`` is drawn here from a stream seeded by the
-    episode seed and task (runs replay), and a crashing episode raises at its first step, which
+    """Wraps a task's environment with the configured fault injection at ``rates`` (the rates in
+    force when the episode's environment was made; a noise curriculum publishes new ones for
+    later episodes): the environment's own classes go to its ``reset(..., fault_rates=...)``;
+    ``env_crash`` is drawn here from a stream seeded by the episode seed and task (runs
+    replay), and a crashing episode raises at its first step, which
     the rollout records as ``infra_fault``: masked by the scheduler, never a zero reward."""
 
     def __init__(self, env, rates: dict):
@@ -48,11 +49,6 @@ class NoisyEnv:
 
     def __getattr__(self, name):
         return getattr(self.env, name)
-
-
-def noisy(make_env: Callable[[], Any], rates: dict) -> Callable[[], Any]:
-    """An environment factory whose environments inject ``rates`` (read live at each reset)."""
-    return lambda: NoisyEnv(make_env(), rates)
 
 
 def env_rates(rates: dict) -> dict:

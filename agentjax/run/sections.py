@@ -6,7 +6,7 @@ allowed values); :mod:`agentjax.system` turns them into the pieces the loop uses
 * ``faults``: per-class injection rates for the task's environment (minirepo: ``tool_error``,
   ``timeout``, ``truncated_output`` per step; ``verifier_crash`` per submit, an ``infra_fault``
   verdict) and the loop's own injector ``env_crash`` (per episode: the environment dies at the
-  first step, an ``infra_fault``; :class:`agentjax.loopparts.CrashingEnv`), and the
+  first step, an ``infra_fault``; :class:`agentjax.run.loopparts.NoisyEnv`), and the
   correlated-failure-aware retry policy the scheduler applies to infra faults
   (:func:`agentjax.envs.faults.retry_update`; ``retry_max_attempts=1``: never retried).
 * ``curriculum``: a noise curriculum (:mod:`agentjax.envs.curriculum`) that moves the fault rates

@@ -1,5 +1,6 @@
-"""A run's files in its workdir: metrics rows, atomic writes, the stored config, and the resume
-that reconciles checkpoint, scheduler snapshot, metrics and journal before changing anything.
+"""A run's files in its workdir: metrics rows, the journal, atomic writes, the stored config, and
+the resume that reconciles checkpoint, scheduler snapshot, metrics and journal before changing
+anything.
 
 What the scheduler part of a checkpoint holds, and how a resume rebuilds the scheduler from it,
 depends on the clock (:mod:`agentjax.runclock`: a snapshot restored exactly on the virtual
@@ -12,13 +13,16 @@ import fcntl
 import json
 import os
 import shutil
+from typing import Any
 
-from agentjax import loopparts, runconfig
 from agentjax.diagnostics import tbevents
 from agentjax.learner import checkpoint as ckpt
 from agentjax.learner import resume as durable
+from agentjax.learner.journal import Journal
 from agentjax.learner.step import init_train_state
-from agentjax.runstate import RunState, task_dataset
+from agentjax.run import config as runconfig
+from agentjax.run import loopparts
+from agentjax.run.build import Composed, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
 
@@ -145,61 +149,129 @@ def snapshot_intact(path: str) -> bool:
         return False
 
 
-def resume_run(r: RunState, params0, ckdir: str, clock, fresh_scheduler):
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """Where a run's files are; ``writer``: this process writes them (several processes: process 0)."""
+
+    workdir: str
+    writer: bool
+
+    @property
+    def metrics(self) -> str:
+        return os.path.join(self.workdir, "metrics.jsonl")
+
+    @property
+    def journal(self) -> str:
+        return os.path.join(self.workdir, "journal.bin")
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.workdir, "checkpoints")
+
+    @property
+    def reference(self) -> str:
+        return os.path.join(self.workdir, "reference")
+
+
+class JournalWriter:
+    """Appends every newly completed trajectory once to the crash-safe journal; ``count``: the
+    records in it (a checkpoint's "journaled"). ``index_base``: the submissions before a
+    real-time resume, whose scheduler counts from 0 again (journal submit indices go on)."""
+
+    def __init__(self, files: RunFiles, count: int = 0, index_base: int = 0):
+        self.journal, self.writer = Journal(files.journal), files.writer
+        self.count, self.index_base = count, index_base
+        self._journaled: set[int] = set()
+
+    def start(self, journaled) -> None:
+        """The submissions in ``journaled`` (those a fresh or restored scheduler already holds)
+        count as journaled."""
+        self._journaled = set(journaled)
+
+    def record(self, finished) -> None:
+        """Appends the newly completed trajectories of ``finished`` ((index, trajectory) pairs)."""
+        done = [t for i, t in finished if i not in self._journaled]
+        self._journaled.update(t.submit_index for t in done)
+        if self.index_base:
+            done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
+        if self.writer:
+            self.journal.append(done)
+        self.count += len(done)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """What a resume restored: the run's header, its scheduler and task source, the last eval,
+    the train state, and the journal's position."""
+
+    header: dict
+    scheduler: Scheduler
+    tasks: Any
+    last_eval: dict | None
+    train: Any
+    journal: JournalWriter
+
+
+def resume_run(c: Composed, files: RunFiles, params0, tx, clock, fresh_scheduler, learner, log) -> Resumed:
     """Restores the newest checkpoint after checking that everything agrees (see
     :mod:`agentjax.learner.resume`); only then cuts the metrics and journal back to it.
 
-    ``clock`` (:mod:`agentjax.runclock`) rebuilds the scheduler from the checkpoint's blob: the
-    snapshot restored (virtual clock), or ``fresh_scheduler(tasks, version, executor)`` at the
-    checkpoint's version sampling its redo record first (real time). Returns the header, the
-    scheduler, the task source and the last eval."""
-    run, log = r.parts.run, r.log
+    ``clock`` (:mod:`agentjax.run.clock`) rebuilds the scheduler from the checkpoint's blob: the
+    snapshot restored (virtual clock, with ``learner`` as its Train command's job), or
+    ``fresh_scheduler(tasks, version, executor)`` at the checkpoint's version sampling its redo
+    record first (real time)."""
+    run, ckdir = c.parts.run, files.checkpoints
     steps = ckpt.all_steps(ckdir)
     if not steps:
         raise ckpt.CheckpointError(f"--resume: no checkpoint under {ckdir}")
     step = steps[-1]
-    restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, r.tx, run.seed), step=step)
+    restored = ckpt.restore_checkpoint(ckdir, init_train_state(params0, tx, run.seed), step=step)
     meta = restored.metadata
     durable.check_config(meta.get("config"), config_record(run), f"checkpoint step {step} ({ckdir})")
     # The files the run only reads or cuts are checked before a scheduler (and its threads) exists.
-    text, torn = durable.metrics_lines(r.metrics_path, step)
-    scan = r.journal.scan()
+    text, torn = durable.metrics_lines(files.metrics, step)
+    journal = Journal(files.journal)
+    scan = journal.scan()
     if len(scan.records) < meta["journaled"]:
         cut = f" (a torn record at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else ""
         hint = durable.journal_hint(ckdir, step, steps, len(scan.records), snapshot_intact)
         raise ckpt.CheckpointError(
-            f"cannot resume from step {step}: {r.journal.path} holds {len(scan.records)} intact "
+            f"cannot resume from step {step}: {journal.path} holds {len(scan.records)} intact "
             f"records{cut} but the checkpoint journaled {meta['journaled']}: committed trajectories "
             f"were lost. {hint}"
         )
     path = durable.snapshot_path(ckdir, step)
-    tasks = iter(task_dataset(r.parts))
+    tasks = iter(task_dataset(c.parts))
     tasks.set_state(meta["data_iterator"])
     try:
         with open(path, "rb") as f:
             blob = f.read()
         restore = lambda blob, tasks, ex, source: Scheduler.restore(  # noqa: E731
-            blob, tasks, r.worker, r.learner, skip_drawn=False, executor=ex, source=source,
+            blob, tasks, c.worker, learner, skip_drawn=False, executor=ex, source=source,
             retry=loopparts.retry_policy(run),
         )  # fmt: skip
         resumed = clock.resume(blob, path, step, tasks, fresh_scheduler, restore)
-        scheduler, tasks, r.index_base = resumed.scheduler, resumed.tasks, resumed.index_base
     except (OSError, snapshot.SnapshotError) as e:
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
-    if r.writer:  # one process writes the workdir's files (several processes: process 0)
-        with open(r.metrics_path) as f:
+    if files.writer:  # one process writes the workdir's files (several processes: process 0)
+        with open(files.metrics) as f:
             if f.read() != text:
-                atomic_write(r.metrics_path, text.encode())
+                atomic_write(files.metrics, text.encode())
         if torn:
-            log(f"repaired {r.metrics_path}: dropped a torn last line")
+            log(f"repaired {files.metrics}: dropped a torn last line")
         if scan.torn:
-            log(f"repaired {r.journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
-        r.journal.truncate(meta["journaled"])
-    r.journal_count = meta["journaled"]
-    r.state = r.on_mesh(restored.state)
+            log(f"repaired {journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
+        journal.truncate(meta["journaled"])
     evals = [json.loads(ln) for ln in text.splitlines()]
     evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
     log(f"resumed from step {step} ({ckdir})")
-    return meta["header"], scheduler, tasks, (evals[-1] if evals else None)
+    return Resumed(
+        meta["header"],
+        resumed.scheduler,
+        resumed.tasks,
+        evals[-1] if evals else None,
+        restored.state,
+        JournalWriter(files, meta["journaled"], resumed.index_base),
+    )

@@ -18,13 +18,14 @@ import math
 import re
 from typing import Any
 
-from agentjax import configcheck, importpath, rundefaults
+from agentjax import importpath, rundefaults
 from agentjax import tasks as task_registry
 from agentjax.choice import Choice, coerce
 from agentjax.learner.objective import Advantage, LossConfig
 from agentjax.learner.step import OptimConfig
 from agentjax.policy.config import ConfigError, ModelConfig, ValueHead
-from agentjax.runsections import CurriculumSection, FaultsSection, FingerprintSection, RubricSection
+from agentjax.run import checks
+from agentjax.run.sections import CurriculumSection, FaultsSection, FingerprintSection, RubricSection
 from agentjax.sampling.context import ContextKind
 from agentjax.sampling.precision import SamplerPrecision
 from agentjax.sampling.queue import Clock
@@ -96,8 +97,8 @@ class PlacementSection:
 
     def __post_init__(self):
         coerce(self, kind=PlacementKind)
-        configcheck.check_mesh("placement.learner_mesh", self.learner_mesh, MESH_AXES, lowest=1)
-        configcheck.check_mesh("placement.sampler_mesh", self.sampler_mesh, MESH_AXES, lowest=0)
+        checks.check_mesh("placement.learner_mesh", self.learner_mesh, MESH_AXES, lowest=1)
+        checks.check_mesh("placement.sampler_mesh", self.sampler_mesh, MESH_AXES, lowest=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,11 +182,11 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
     if unknown:
         raise ConfigError(f"unknown fields {[f'{section}.{u}' for u in unknown]}; allowed: {sorted(names)}")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    hints = configcheck.type_hints(cls)
+    hints = checks.type_hints(cls)
     for k, v in kw.items():  # a nested component config given as a dict (scheduler.caps)
         if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]):
             kw[k] = _build(f"{section}.{k}", hints[k], v)
-    configcheck.check_types(section, cls, kw)  # a string where a number belongs, NaN, ...
+    checks.check_types(section, cls, kw)  # a string where a number belongs, NaN, ...
     try:
         obj = cls(**kw, **fixed)
     except ValueError as e:  # the dataclasses' own checks: name every field as section.field
@@ -195,7 +196,7 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
             named = re.sub(rf"(?<![.\w])({fields})([.=])", rf"{section}.\1\2", msg)
             msg = named if named != msg else f"{section}: {msg}"
         raise ConfigError(msg) from None
-    configcheck.check_ranges(section, obj)
+    checks.check_ranges(section, obj)
     return obj
 
 
@@ -267,9 +268,9 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             raise ConfigError(f"{name}={d[name]!r} is invalid; must be a section (a dict of fields)")
     d = rundefaults.merged(d)  # one set of defaults: a partial section keeps the default run's rest
     top = {k: d[k] for k in ("seed", "checkpoint_every", "log_every", "report") if k in d}
-    configcheck.check_types("", RunConfig, top)
+    checks.check_types("", RunConfig, top)
     for k, v in top.items():
-        configcheck.check_value(k, v)
+        checks.check_value(k, v)
     parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
     model = _model(dict(d.get("model", {})))
     t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
@@ -364,7 +365,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
             f"optim.minibatches={parts['optim'].minibatches} must divide rl.batch_size={rl.batch_size}"
         )
     if parts["curriculum"].enabled:
-        from agentjax.loopparts import make_curriculum  # noqa: PLC0415 - checks start/cap pairs
+        from agentjax.run.loopparts import make_curriculum  # noqa: PLC0415 - checks start/cap pairs
 
         try:
             make_curriculum(parts["curriculum"])

@@ -1,5 +1,5 @@
-"""What a run reports while and after it trains: the progress line and ``summary.json``'s body,
-read from a :class:`~agentjax.runstate.RunState` (which they never change)."""
+"""What a run reports while and after it trains: the header, the progress line and
+``summary.json``'s body, read from the run's parts, scheduler and learner job (never changed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 import jax
 import numpy as np
 
-from agentjax.runstate import RunState
 from agentjax.sharding import multihost
 
 
@@ -41,16 +40,17 @@ def _clock(seconds: float | None) -> str:
     return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{sec:02d}s"
 
 
-def progress_line(rows, scheduler, r: RunState, last_eval, start: tuple[int, float]) -> str:
+def progress_line(rows, scheduler, c, last_eval, start: tuple[int, float], wall0: float) -> str:
     """One line per logged step: step i/N, the last batch's figures, throughput, elapsed and ETA
-    (``start``: the step and ``perf_counter`` at which this process's RL loop began)."""
+    (``start``: the step and ``perf_counter`` at which this process's RL loop began; ``wall0``:
+    the run's start)."""
     train_rows = [x for x in rows if "loss/total" in x]
     last = train_rows[-1] if train_rows else {}
     ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
-    real = r.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
-    now, total = time.perf_counter(), r.parts.run.rl.steps
+    real = c.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
+    now, total = time.perf_counter(), c.parts.run.rl.steps
     eta = eta_s(scheduler.steps, start[0], total, now - start[1])
     return (
         f"step {scheduler.steps:4d}/{total} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
@@ -58,7 +58,7 @@ def progress_line(rows, scheduler, r: RunState, last_eval, start: tuple[int, flo
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
         f"{_dropped(recs)}"
         f"{len(recs) / max(scheduler.ex.now(), 1e-9):.2f} traj/{'s' if real else 'vs'} | "
-        f"{_engine_figures(r.worker)}{now - r.wall0:.0f}s, ETA {_clock(eta)}"
+        f"{_engine_figures(c.worker)}{now - wall0:.0f}s, ETA {_clock(eta)}"
     )
 
 
@@ -79,7 +79,9 @@ def _engine_figures(worker) -> str:
     )
 
 
-def summarise_run(r: RunState, scheduler, runlog, header: dict, last_eval) -> dict:
+def summarise_run(c, job, scheduler, runlog, header: dict, last_eval) -> dict:
+    """``summary.json``'s body: the schedule's statistics, the cost ledgers (measured and
+    virtual), retries, the environment pool, the final parameters' checksum, the weight syncs."""
     from agentjax.diagnostics.evaluate import undefined_metrics  # noqa: PLC0415
     from agentjax.diagnostics.metrics import (  # noqa: PLC0415
         cost_ledger,
@@ -89,8 +91,8 @@ def summarise_run(r: RunState, scheduler, runlog, header: dict, last_eval) -> di
     )
 
     s = summarise(runlog, long_classes=None)  # fast-first bias over minirepo's own classes
-    ledger = measured_cost_ledger(runlog.records, scheduler.traj, r.train_wall)
-    virtual = cost_ledger(runlog.records, len(runlog.step_end_times), r.parts.run.scheduler.learner_step_time)
+    ledger = measured_cost_ledger(runlog.records, scheduler.traj, job.train_wall)
+    virtual = cost_ledger(runlog.records, len(runlog.step_end_times), c.parts.run.scheduler.learner_step_time)
     pool = env_pool_report([iv for rec in runlog.records for iv in rec.env_intervals], 0.0, runlog.elapsed)
     return {
         "header": header,
@@ -103,10 +105,10 @@ def summarise_run(r: RunState, scheduler, runlog, header: dict, last_eval) -> di
         # infra faults the retry policy sent back (resubmitted or queued to be)
         "retries": len(scheduler.state.retry_of) + len(scheduler.state.retry_queue),
         "env_pool": _jsonable(pool),
-        "params_sha256": multihost.checksum(r.state.params),
+        "params_sha256": multihost.checksum(job.state.train.params),
         "process_count": jax.process_count(),
-        "weight_sync": dataclasses.asdict(r.sync),
-        "wall_seconds": time.perf_counter() - r.wall0,
+        "weight_sync": dataclasses.asdict(job.sync),
+        "wall_seconds": time.perf_counter() - job.wall0,
     }
 
 
