@@ -200,10 +200,11 @@ def _rope_tables_of(max_len: int, inv, scale: float):
     )
 
 
-def rope(x, pos, theta, max_len: int, which=None):
+def rope(x, pos, theta, max_len: int, which=None, kind: str = "exact_sum"):
     """Rotary embedding with float32 tables of positions ``0 .. max_len - 1`` (computed once in
     float64 on the host); positions outside are clipped (padding). x: [N, H, D], pos: [N].
-    ``theta``, ``which``: as :func:`agentjax.policy.layers.rope`."""
+    ``theta``, ``which``: as :func:`agentjax.policy.layers.rope`; ``kind="pallas"``: float32 in
+    a Pallas kernel (TPUs have no float64)."""
     d = x.shape[-1]
     cos_t, sin_t = _rope_tables(max_len, d, theta if isinstance(theta, tuple) else float(theta))
 
@@ -213,6 +214,12 @@ def rope(x, pos, theta, max_len: int, which=None):
         if which is not None:
             cos, sin = cos[which], sin[which]
         cos, sin = cos[idx][:, None, :], sin[idx][:, None, :]
+        if kind == "pallas":
+            xf = cast(x_, jnp.float32)
+            rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
+            cs = [jnp.broadcast_to(a, xf.shape) for a in (cos, sin)]
+            out = pallas_kernels.elementwise(lambda a, r, c, s: a * c + r * s, xf, rot, *cs)
+            return cast(out, x_.dtype)
         with jax.enable_x64(True):
             xf = cast(x_, F64)
             rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
@@ -222,11 +229,17 @@ def rope(x, pos, theta, max_len: int, which=None):
     return _with_standard_grad(exact, lambda x_, p_: layers.rope(x_, p_, theta, which))(x, pos)
 
 
-def scale(x, c: float):
+def scale(x, c: float, kind: str = "exact_sum"):
     """``x * c`` (``c`` rounded to x's dtype) as one exact float64 product rounded once: the f32
-    multiply fused into different consumers changed sampler-vs-learner bits (Gemma's sqrt(d))."""
+    multiply fused into different consumers changed sampler-vs-learner bits (Gemma's sqrt(d));
+    ``kind="pallas"``: the float32 product in a Pallas kernel."""
 
     def exact(x_):
+        if kind == "pallas":
+            c32 = float(np.asarray(c, x_.dtype).astype(np.float32))
+            return cast(
+                pallas_kernels.elementwise(lambda a: a * np.float32(c32), cast(x_, jnp.float32)), x_.dtype
+            )
         with jax.enable_x64(True):
             c64 = np.float64(np.asarray(c, x_.dtype).astype(np.float32))
             return cast(cast(x_, F64) * c64, x_.dtype)
@@ -234,10 +247,14 @@ def scale(x, c: float):
     return _with_standard_grad(exact, lambda x_: x_ * jnp.asarray(c, x_.dtype))(x)
 
 
-def softcap(z, cap: float):
-    """float32 ``cap * tanh(z / cap)`` computed in float64 (Gemma's final-logit soft-capping)."""
+def softcap(z, cap: float, kind: str = "exact_sum"):
+    """float32 ``cap * tanh(z / cap)`` computed in float64 (Gemma's final-logit soft-capping;
+    ``kind="pallas"``: in float32 in a Pallas kernel)."""
 
     def exact(z_):
+        if kind == "pallas":
+            c = np.float32(cap)
+            return pallas_kernels.elementwise(lambda a: c * jnp.tanh(a / c), cast(z_, jnp.float32))
         with jax.enable_x64(True):
             return cast(cap * jnp.tanh(cast(z_, F64) / cap), jnp.float32)
 

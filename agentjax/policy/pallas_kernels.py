@@ -208,3 +208,26 @@ def log_softmax(z):
 def softmax(z):
     """float32 softmax over the last axis (``exp`` of the log-softmax, in the kernel)."""
     return _softmax(z, log=False)
+
+
+def _map_kernel(*refs, fn):
+    refs, o_ref = refs[:-1], refs[-1]
+    o_ref[...] = fn(*(r[...] for r in refs))
+
+
+def elementwise(fn, *xs):
+    """float32 ``fn(*xs)`` (same-shape arrays) inside a kernel: the code that runs is fixed, so
+    no compiler fuses a multiply of it into a neighbour's add differently for one caller than
+    for another (RoPE's ``x cos + rot sin``, a scale, soft-capping's tanh)."""
+    shape, c = xs[0].shape, xs[0].shape[-1]
+    m, cp = xs[0].size // c, span(c, 128)
+    prep = lambda a: pad_to(pad_to(a.astype(F32).reshape(m, c), 0, -(-m // BM) * BM), 1, cp)
+    args = [prep(a) for a in xs]
+    out = _call(
+        functools.partial(_map_kernel, fn=fn),
+        jax.ShapeDtypeStruct(args[0].shape, F32),
+        (args[0].shape[0] // BM,),
+        [pl.BlockSpec((BM, cp), lambda i: (i, 0)) for _ in args],
+        pl.BlockSpec((BM, cp), lambda i: (i, 0)),
+    )(*args)
+    return out[:m, :c].reshape(shape)
