@@ -106,3 +106,34 @@ def test_tiny_model_sampler_and_learner_agree_bitwise(dtype):
         compositions=1,
     )
     assert n_tokens >= 40
+
+
+@pytest.mark.slow
+def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
+    """AOT, Mosaic (interpret=False): the tiny model's exact-mode log-prob value and gradient
+    for one v5e chip (a chip of the v5e:2x2 topology; no float64 reaches the program)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from agentjax.policy.model import abstract_params
+    from agentjax.policy.scoring import token_logprobs
+    from agentjax.sharding.topology import TopologyUnavailable, topology_devices
+
+    try:
+        devices = topology_devices("v5e:2x2")
+    except TopologyUnavailable as e:
+        pytest.skip(f"no TPU compiler: {e}")
+    rep = NamedSharding(Mesh(np.array(devices[:1]), ("x",)), PartitionSpec())
+    cfg = tiny_dense(exact_tile=8, exact_kernels="pallas")
+    params = abstract_params(cfg)
+    tokens = jax.ShapeDtypeStruct((4, 32), jnp.int32)
+
+    def loss(p, t, pos):
+        return -jnp.mean(token_logprobs(p, t, pos, config=cfg)[0])
+
+    step = jax.jit(jax.value_and_grad(loss), in_shardings=(jax.tree.map(lambda _: rep, params), rep, rep))
+    with P.interpret_mode(False):
+        lowered = step.lower(params, tokens, tokens)
+    text = lowered.as_text()
+    assert text.count("tpu_custom_call") >= 10 and "f64" not in text
+    mem = lowered.compile().memory_analysis()
+    assert 0 < mem.argument_size_in_bytes < 1 << 20
