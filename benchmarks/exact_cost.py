@@ -9,6 +9,8 @@ Llama layout, d_model 128, 2 layers, vocab 64, random weights). Kernels compared
 * ``ordered``: the fixed-order float32 kernels (``policy/ordered.cc``), exact mode's default on
   CPU (listed on CPU only);
 * ``exact_sum``: the exact-summation kernels (``policy/kernels.py``), the default on GPU;
+* ``pallas``: the Pallas kernels (``policy/pallas_kernels.py``, ``pallas_attention.py``),
+  exact mode's default on TPU and GPU (listed off the CPU only: there they are interpreted);
 * ``tiled M``: the reference construction, rows in ``lax.map`` tiles of M (the tile sweep).
 
 Rows: learner log-probs (``token_logprobs``, batch 32 x 64 tokens), learner log-probs +
@@ -48,6 +50,8 @@ def kernels(dtype: str) -> dict[str, dict]:
     if jax.default_backend() == "cpu":  # the fixed-order kernels are CPU code
         out["ordered"] = {**d, "exact_tile": 1, "exact_kernels": "ordered"}
     out["exact_sum"] = {**d, "exact_tile": 1, "exact_kernels": "exact_sum"}
+    if jax.default_backend() != "cpu":  # on CPU they run in Pallas interpret mode: not a cost
+        out["pallas"] = {**d, "exact_tile": 1, "exact_kernels": "pallas"}
     if dtype == "float32":  # the tile sweep of the reference construction
         out.update({f"tiled {m}": {**d, "exact_tile": m, "exact_kernels": "tiled"} for m in (8, 32)})
     return out

@@ -45,6 +45,7 @@ def get_config() -> ConfigDict:
     c.loss = dict(name="grpo", filter="icepop", filter_ratio="total", kl_coef=1e-3)  # as the default run
     c.optim = dict(learning_rate=1e-6, grad_clip=1.0)
     # Kernels: "fast" (the preset: bf16 body, float32 head), "exact_bf16" or "exact_f32"
-    # (batch-invariant kernels, docs/consistency.md); comma-separated compiles each.
+    # (batch-invariant kernels, docs/consistency.md), "exact_pallas_bf16" or "exact_pallas_f32"
+    # (exact mode's Pallas kernels, compiled by Mosaic); comma-separated compiles each.
     c.modes = "fast"
     return c

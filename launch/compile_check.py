@@ -9,6 +9,9 @@ prefill, decode), the per-chip argument / output / temporary / generated-code by
 HBM and the headroom, the collectives in the compiled program, the weight-sync bytes between
 disjoint slices, and a roofline estimate (step time and tokens/s per chip; assumptions in
 ``agentjax/sharding/roofline.py``).
+Modes ``exact_pallas_bf16`` / ``exact_pallas_f32`` (``--config.modes``) compile exact mode's
+Pallas kernels (``exact_kernels="pallas"``) with Mosaic: traced with ``interpret=False`` here,
+although this host's backend is the CPU.
 Prints each attention kernel chosen (``policy/attention.py``: full scores, blockwise or exact
 mode's) with its reason. Exits 1 naming the largest buffers when something does not fit, 2 when
 no TPU compiler is available (libtpu missing: ``pip install 'agentjax[tpu]'``) or the config is invalid.
@@ -27,6 +30,7 @@ from ml_collections import config_flags  # noqa: E402
 from agentjax.learner.objective import LossConfig  # noqa: E402
 from agentjax.learner.step import OptimConfig, make_optimizer  # noqa: E402
 from agentjax.podcheck import aot, programs  # noqa: E402
+from agentjax.policy import pallas_kernels  # noqa: E402
 from agentjax.policy.attention import recorded_plans  # noqa: E402
 from agentjax.policy.presets import n_params, preset  # noqa: E402
 from agentjax.sharding.mesh import MESH_AXES  # noqa: E402
@@ -102,19 +106,20 @@ def run(cfg, topology: str | None = None) -> int:
             if placement == "disaggregated":
                 l_dev, s_dev, where = aot.disaggregated_devices(topology)
                 print(f"disaggregated: learner and sampler on {where}")
-            report = aot.check_placement(
-                cfg_m,
-                l_dev,
-                placement,
-                work,
-                learner_mesh=dict(cfg.mesh),
-                sampler_devices=s_dev,
-                sampler_mesh=dict(cfg.sampler_mesh),
-                rules=rules_from(cfg.rules),
-                sampler_rules=rules_from(cfg.sampler_rules),
-                optimizer=optimizer,
-                loss=loss,
-            )
+            with pallas_kernels.interpret_mode(False):  # Mosaic, not the host's interpreter
+                report = aot.check_placement(
+                    cfg_m,
+                    l_dev,
+                    placement,
+                    work,
+                    learner_mesh=dict(cfg.mesh),
+                    sampler_devices=s_dev,
+                    sampler_mesh=dict(cfg.sampler_mesh),
+                    rules=rules_from(cfg.rules),
+                    sampler_rules=rules_from(cfg.sampler_rules),
+                    optimizer=optimizer,
+                    loss=loss,
+                )
             print(aot.format_report(report))
             plans = recorded_plans()
             for p in plans[shown:]:  # each distinct attention choice traced so far, once

@@ -11,9 +11,10 @@
 
 :data:`MODES` are the kernel choices a row of the fit table compiles: ``fast`` (the preset:
 bf16 body, float32 head), ``exact_bf16`` and ``exact_f32`` (batch-invariant kernels,
-``exact_tile=8``; docs/consistency.md). In exact mode the model attends over exactly
-``max_seq_len`` slots, so ``max_seq_len`` is set to the train sequence (learner) or the cache
-length (sampler).
+``exact_tile=8``; docs/consistency.md), ``exact_pallas_bf16`` and ``exact_pallas_f32`` (the
+same with ``exact_kernels="pallas"``, the kernels Mosaic compiles for TPU). In exact mode the
+model attends over exactly ``max_seq_len`` slots, so ``max_seq_len`` is set to the train
+sequence (learner) or the cache length (sampler).
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ MODES: dict[str, dict] = {
     "exact_bf16": {"exact_tile": EXACT_TILE},
     "exact_f32": {
         "exact_tile": EXACT_TILE,
+        "param_dtype": "float32",
+        "compute_dtype": "float32",
+        "head_dtype": "float32",
+    },
+    # the Pallas kernels (Mosaic; compile_check traces them with interpret=False)
+    "exact_pallas_bf16": {"exact_tile": EXACT_TILE, "exact_kernels": "pallas"},
+    "exact_pallas_f32": {
+        "exact_tile": EXACT_TILE,
+        "exact_kernels": "pallas",
         "param_dtype": "float32",
         "compute_dtype": "float32",
         "head_dtype": "float32",

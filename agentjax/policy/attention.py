@@ -185,6 +185,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows,
             slots < sink,
             n_max=c.max_seq_len + 1,
             kind=c.invariant,
+            slotted=True,  # key j at slot j: the Pallas kernel attends without moving them
             **opt,
         )
         return o.reshape(q.shape), kbuf, vbuf

@@ -24,10 +24,11 @@ class Remat(Choice):
 
 
 class ExactKernels(Choice):
-    AUTO = "auto"  # "ordered" on CPU where the kernels build and implement the model, else "exact_sum"
+    AUTO = "auto"  # "pallas" on TPU/GPU; on CPU "ordered" where it builds and fits, else "exact_sum"
     ORDERED = "ordered"  # float32, every sum in an order fixed per element (policy/ordered.cc, CPU)
     EXACT_SUM = "exact_sum"  # every sum exact in float64 (policy/kernels.py; CPU and GPU)
     TILED = "tiled"  # fixed row tiles of exact_tile rows (the reference construction)
+    PALLAS = "pallas"  # float32, every sum in an order fixed by Pallas kernels (any backend)
 
 
 class AttentionKernel(Choice):
@@ -78,9 +79,12 @@ class ModelConfig:
     ``exact_kernels="ordered"`` computes every contraction and long sum in float32 in an order
     its CPU kernels fix per output element (``policy/ordered.py``); ``"exact_sum"`` computes
     every sum exactly in float64 (``policy/kernels.py``), so no reduction order exists to depend
-    on the batch; ``"auto"`` (default) is ``"ordered"`` when JAX's default backend is the CPU
-    and the kernels build there and implement the model (not :data:`ORDERED_LACKS`), else
-    ``"exact_sum"``;
+    on the batch; ``"pallas"`` computes every contraction and long sum in float32 in Pallas
+    kernels whose blocks and sequential block order fix it (``policy/pallas_kernels.py``,
+    ``pallas_attention.py``; Mosaic on TPU, Triton on GPU, interpret mode on the CPU);
+    ``"auto"`` (default) is ``"pallas"`` when JAX's default backend is a TPU or GPU, else
+    ``"ordered"`` when the CPU kernels build and implement the model (not
+    :data:`ORDERED_LACKS`), else ``"exact_sum"``;
     ``exact_kernels="tiled"`` is the reference construction: every row-wise op runs over fixed
     tiles of ``exact_tile`` rows and attention per query row over ``max_seq_len`` slots. It is a
     kernel choice made once per model, not a mode: both sides always run the same kernels.
@@ -244,9 +248,11 @@ class ModelConfig:
     @property
     def invariant(self) -> str:
         """In exact mode with the batch-invariant kernels of ``policy/kernels.py``, which ones:
-        ``"ordered"`` or ``"exact_sum"`` (``"auto"`` resolved); else ``""``."""
+        ``"ordered"``, ``"exact_sum"`` or ``"pallas"`` (``"auto"`` resolved); else ``""``."""
         if not self.exact or self.exact_kernels == "tiled":
             return ""
+        if self.exact_kernels == "auto" and jax.default_backend() in ("tpu", "gpu"):
+            return "pallas"
         if self.exact_kernels == "auto":
             from agentjax.policy import ordered
 

@@ -1,7 +1,9 @@
 """Batch-invariant kernels of exact mode: by exact summation (``exact_kernels="exact_sum"``,
 described below) or by fixed order (``"ordered"``: each kernel's ``kind="ordered"`` branch calls
-the CPU custom calls of :mod:`agentjax.policy.ordered`; the standard-gradient wrapper, ``cast``
-and the float64 RoPE are shared).
+the CPU custom calls of :mod:`agentjax.policy.ordered`; ``"pallas"``: the ``kind="pallas"``
+branches call the Pallas kernels of :mod:`agentjax.policy.pallas_kernels` and
+:mod:`agentjax.policy.pallas_attention`; the standard-gradient wrapper, ``cast`` and the
+float64 RoPE are shared).
 
 (One module, over 300 lines: every kernel shares the grid and rounding rules defined at its top,
 and both constructions share each kernel's signature and standard backward.)
@@ -45,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy import layers, ordered
+from agentjax.policy import layers, ordered, pallas_attention, pallas_kernels
 
 F64 = jnp.float64
 NEG_INF = -1e30
@@ -126,15 +128,16 @@ def _dot_exact(a, b, dims, k_max, out_dtype):
         return cast(cast(out * scale, jnp.float32), out_dtype)
 
 
-def _dot_ordered(a, b, dims, out_dtype):
-    """``lax.dot_general`` as one fixed-order product ``[batch, M, K] x [batch, K, N]``."""
+def _dot_ordered(a, b, dims, out_dtype, dot=ordered.dot):
+    """``lax.dot_general`` as one fixed-order product ``[batch, M, K] x [batch, K, N]`` (``dot``:
+    the ordered custom call or the Pallas kernel)."""
     (ca, cb), (ba, bb) = dims
     fa = [i for i in range(a.ndim) if i not in ca and i not in ba]
     fb = [i for i in range(b.ndim) if i not in cb and i not in bb]
     size = lambda x, axes: math.prod(x.shape[i] for i in axes)
     a3 = jnp.transpose(cast(a, jnp.float32), (*ba, *fa, *ca)).reshape(size(a, ba), size(a, fa), size(a, ca))
     b3 = jnp.transpose(cast(b, jnp.float32), (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
-    out = ordered.dot(a3, b3).reshape(*(a.shape[i] for i in (*ba, *fa)), *(b.shape[i] for i in fb))
+    out = dot(a3, b3).reshape(*(a.shape[i] for i in (*ba, *fa)), *(b.shape[i] for i in fb))
     return cast(out, out_dtype)
 
 
@@ -145,6 +148,8 @@ def dot_general(a, b, dims, *, k_max: int | None = None, kind: str = "exact_sum"
     b = cast(b, dt)
     if kind == "ordered":
         exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt)
+    elif kind == "pallas":
+        exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt, pallas_kernels.batched_matmul)
     else:
         exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
     standard = lambda a_, b_: jax.lax.dot_general(a_, b_, dims).astype(dt)
@@ -165,6 +170,8 @@ def rms_norm(x, scale, eps: float, kind: str = "exact_sum"):
     def exact(x_, s_):
         if kind == "ordered":
             return cast(ordered.rms_norm(cast(x_, jnp.float32), cast(s_, jnp.float32), eps), x_.dtype)
+        if kind == "pallas":
+            return cast(pallas_kernels.rms_norm(cast(x_, jnp.float32), cast(s_, jnp.float32), eps), x_.dtype)
         with jax.enable_x64(True):
             x64 = cast(x_, F64)  # squares of f32/bf16 values are exact in float64
             ms = cast(exact_sum(x64 * x64, -1) / x_.shape[-1], jnp.float32)
@@ -193,10 +200,11 @@ def _rope_tables_of(max_len: int, inv, scale: float):
     )
 
 
-def rope(x, pos, theta, max_len: int, which=None):
+def rope(x, pos, theta, max_len: int, which=None, kind: str = "exact_sum"):
     """Rotary embedding with float32 tables of positions ``0 .. max_len - 1`` (computed once in
     float64 on the host); positions outside are clipped (padding). x: [N, H, D], pos: [N].
-    ``theta``, ``which``: as :func:`agentjax.policy.layers.rope`."""
+    ``theta``, ``which``: as :func:`agentjax.policy.layers.rope`; ``kind="pallas"``: float32 in
+    a Pallas kernel (TPUs have no float64)."""
     d = x.shape[-1]
     cos_t, sin_t = _rope_tables(max_len, d, theta if isinstance(theta, tuple) else float(theta))
 
@@ -206,6 +214,12 @@ def rope(x, pos, theta, max_len: int, which=None):
         if which is not None:
             cos, sin = cos[which], sin[which]
         cos, sin = cos[idx][:, None, :], sin[idx][:, None, :]
+        if kind == "pallas":
+            xf = cast(x_, jnp.float32)
+            rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
+            cs = [jnp.broadcast_to(a, xf.shape) for a in (cos, sin)]
+            out = pallas_kernels.elementwise(lambda a, r, c, s: a * c + r * s, xf, rot, *cs)
+            return cast(out, x_.dtype)
         with jax.enable_x64(True):
             xf = cast(x_, F64)
             rot = jnp.concatenate([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
@@ -215,11 +229,17 @@ def rope(x, pos, theta, max_len: int, which=None):
     return _with_standard_grad(exact, lambda x_, p_: layers.rope(x_, p_, theta, which))(x, pos)
 
 
-def scale(x, c: float):
+def scale(x, c: float, kind: str = "exact_sum"):
     """``x * c`` (``c`` rounded to x's dtype) as one exact float64 product rounded once: the f32
-    multiply fused into different consumers changed sampler-vs-learner bits (Gemma's sqrt(d))."""
+    multiply fused into different consumers changed sampler-vs-learner bits (Gemma's sqrt(d));
+    ``kind="pallas"``: the float32 product in a Pallas kernel."""
 
     def exact(x_):
+        if kind == "pallas":
+            c32 = float(np.asarray(c, x_.dtype).astype(np.float32))
+            return cast(
+                pallas_kernels.elementwise(lambda a: a * np.float32(c32), cast(x_, jnp.float32)), x_.dtype
+            )
         with jax.enable_x64(True):
             c64 = np.float64(np.asarray(c, x_.dtype).astype(np.float32))
             return cast(cast(x_, F64) * c64, x_.dtype)
@@ -227,10 +247,14 @@ def scale(x, c: float):
     return _with_standard_grad(exact, lambda x_: x_ * jnp.asarray(c, x_.dtype))(x)
 
 
-def softcap(z, cap: float):
-    """float32 ``cap * tanh(z / cap)`` computed in float64 (Gemma's final-logit soft-capping)."""
+def softcap(z, cap: float, kind: str = "exact_sum"):
+    """float32 ``cap * tanh(z / cap)`` computed in float64 (Gemma's final-logit soft-capping;
+    ``kind="pallas"``: in float32 in a Pallas kernel)."""
 
     def exact(z_):
+        if kind == "pallas":
+            c = np.float32(cap)
+            return pallas_kernels.elementwise(lambda a: c * jnp.tanh(a / c), cast(z_, jnp.float32))
         with jax.enable_x64(True):
             return cast(cap * jnp.tanh(cast(z_, F64) / cap), jnp.float32)
 
@@ -249,6 +273,8 @@ def log_softmax(z, kind: str = "exact_sum"):
     """float32 log-softmax over the last axis with the batch-invariant kernels ``kind``."""
     if kind == "ordered":
         exact = lambda z_: ordered.softmax(cast(z_, jnp.float32), ordered.LOG_SOFTMAX)
+    elif kind == "pallas":
+        exact = lambda z_: pallas_kernels.log_softmax(cast(z_, jnp.float32))
     else:
         exact = lambda z_: _log_softmax64(z_)
     return _with_standard_grad(exact, lambda z_: jax.nn.log_softmax(z_.astype(jnp.float32)))(z)
@@ -259,6 +285,8 @@ def softmax(z, kind: str = "exact_sum"):
     ``exp(log_softmax)``)."""
     if kind == "ordered":
         exact = lambda z_: ordered.softmax(cast(z_, jnp.float32), ordered.SOFTMAX)
+    elif kind == "pallas":
+        exact = lambda z_: pallas_kernels.softmax(cast(z_, jnp.float32))
     else:
         exact = lambda z_: _log_softmax64(z_, jnp.exp)
     return _with_standard_grad(exact, lambda z_: jax.nn.softmax(z_.astype(jnp.float32)))(z)
@@ -353,7 +381,18 @@ def _attention_ordered(q, k, v, mask, scalar=0.0):
 
 
 def attention(
-    q, k, v, q_pos, k_pos, k_valid, n_max: int, kind: str = "exact_sum", window=None, scalar=0.0, cap=0.0
+    q,
+    k,
+    v,
+    q_pos,
+    k_pos,
+    k_valid,
+    n_max: int,
+    kind: str = "exact_sum",
+    window=None,
+    scalar=0.0,
+    cap=0.0,
+    slotted: bool = False,
 ):
     """Grouped-query causal attention with exact sums over keys (``window``, ``scalar``, ``cap``:
     see :func:`agentjax.policy.layers.attention_standard`; the ordered kernels have no ``cap``).
@@ -362,15 +401,15 @@ def attention(
     [B, S]. Query t attends to the valid keys with ``k_pos <= q_pos[t]``. ``n_max`` bounds the
     number of keys any query attends to (``max_seq_len + 1``): it sets the grid widths, so a
     learner pass over T keys and a decode step over the whole cache round the same way.
-    Returns [B, T, H, D].
+    ``slotted`` (the KV cache): key ``j`` sits at slot ``j`` (its position); the Pallas kernels
+    use it (:func:`agentjax.policy.pallas_attention.attention`). Returns [B, T, H, D].
     """
+    if kind == "pallas":
+        return _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap, slotted)
     b, t, h, d = q.shape
     hkv = k.shape[1]
     g = h // hkv
-    qr = q.reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
-    mask = (k_pos[:, None, :] <= q_pos[:, :, None]) & k_valid[:, None, :]  # [B,T,S]
-    mask = mask & layers.local_mask(q_pos, k_pos, window)
-    mask = jnp.broadcast_to(mask[:, None, None], (b, 1, g, t, k.shape[2])).reshape(b, 1, g * t, -1)
+    qr, mask = _grouped(q, k, q_pos, k_pos, k_valid, window)
     if kind == "ordered":
         if cap:
             raise ValueError("the ordered kernels have no attention soft-capping (see ModelConfig)")
@@ -380,6 +419,38 @@ def attention(
     standard = lambda q_, k_, v_, m_: _attention_standard(q_, k_, v_, m_, scalar, cap)
     o = _with_standard_grad(exact, standard)(qr, k, v, mask)
     return o.reshape(b, hkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+
+
+def _grouped(q, k, q_pos, k_pos, k_valid, window):
+    """q as [B, Hkv, G * T, D] (rows (g, t)) and the mask [B, 1, G * T, S]."""
+    b, t, h, d = q.shape
+    hkv = k.shape[1]
+    g = h // hkv
+    qr = q.reshape(b, t, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
+    mask = (k_pos[:, None, :] <= q_pos[:, :, None]) & k_valid[:, None, :]  # [B,T,S]
+    mask = mask & layers.local_mask(q_pos, k_pos, window)
+    mask = jnp.broadcast_to(mask[:, None, None], (b, 1, g, t, k.shape[2])).reshape(b, 1, g * t, -1)
+    return qr, mask
+
+
+def _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap, slotted):
+    """:func:`attention` by the Pallas kernel (``window`` travels as an array argument)."""
+    b, t, h, d = q.shape
+    win = jnp.asarray(pallas_attention.FAR if window is None else window, jnp.int32)
+
+    def exact(q_, k_, v_, qp, kp, kv, w):
+        f = lambda a: cast(a, jnp.float32)
+        o = pallas_attention.attention(
+            f(q_), f(k_), f(v_), qp, kp, kv, n_max=n_max, window=w, scalar=scalar, cap=cap, slotted=slotted
+        )
+        return cast(o, v_.dtype)
+
+    def standard(q_, k_, v_, qp, kp, kv, w):
+        qr, mask = _grouped(q_, k_, qp, kp, kv, w)
+        o = _attention_standard(qr, k_, v_, mask, scalar, cap)
+        return o.reshape(b, k_.shape[1], -1, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+
+    return _with_standard_grad(exact, standard)(q, k, v, q_pos, k_pos, k_valid, win)
 
 
 def moe(x, p, k: int, forced=None, kind: str = "exact_sum"):

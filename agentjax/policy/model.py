@@ -118,7 +118,11 @@ def _head(c: ModelConfig, params, x, b, t, logits_at):
         x, t = x[rows.reshape(-1)], k
     logits = L.rowwise(lambda x_: mm(c, pin(c, x_).astype(c.hdtype), head), c.row_tile, x)
     if c.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
-        capped = K.softcap(logits, c.final_softcap) if c.invariant else L.softcap(logits, c.final_softcap)
+        capped = (
+            K.softcap(logits, c.final_softcap, c.invariant)
+            if c.invariant
+            else L.softcap(logits, c.final_softcap)
+        )
         logits = capped.astype(logits.dtype)
     return logits.reshape(b, t, -1)
 

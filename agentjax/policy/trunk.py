@@ -42,7 +42,7 @@ def rope(c: ModelConfig, x, pos, which):
     """RoPE of the layer: ``which`` picks global (0) or local (1) frequencies (``policy/rope.py``)."""
     theta, which = (c.rope_theta, None) if R.is_plain(c) else (R.rotaries(c), which)
     if c.invariant:
-        return K.rope(x, pos, theta, c.max_seq_len, which)
+        return K.rope(x, pos, theta, c.max_seq_len, which, c.invariant)
     return L.rope(x, pos, theta, which)
 
 
@@ -190,7 +190,7 @@ def trunk(c: ModelConfig, tp, tokens, positions, cache, routes, layout: Layout, 
     x = tp["embed"][tokens.reshape(n)].astype(c.cdtype)
     if c.embed_scale:  # Gemma: x sqrt(d_model), the factor rounded to the activations' dtype
         root = np.sqrt(c.d_model)
-        x = K.scale(x, root) if c.invariant else x * jnp.asarray(root, c.cdtype)
+        x = K.scale(x, root, c.invariant) if c.invariant else x * jnp.asarray(root, c.cdtype)
     x = pin(c, x)
     forced_all = None if routes is None else routes.reshape(n, c.n_layers, -1).swapaxes(0, 1)
     # The tiled exact kernels without a cache still attend over a fresh buffer of exactly

@@ -280,4 +280,12 @@ MUTATIONS = (
         "self.records, self.task, self.traj = s.records, s.task, s.traj",
         ("tests/sampling/test_machine.py::test_random_event_sequences_keep_conservation_bounds_and_purity",),
     ),
+    Mutation(
+        "pallas_matmul_k_order_by_rows",
+        "1 consistency: exact mode's Pallas kernels (K blocks fixed whatever the rows)",
+        "agentjax/policy/pallas_kernels.py",
+        "    bk = BK\n",
+        "    bk = BK if m < 32 else 2 * BK\n",
+        ("tests/policy/test_pallas_exact.py::test_row_kernels_give_a_row_the_same_bits_in_any_row_count",),
+    ),
 )
