@@ -42,13 +42,18 @@ def cache_root(seed: int) -> str:
     return os.path.join(base, "codefix-generated", h.hexdigest()[:16], f"seed{seed}")
 
 
-def draw(n: int, split: str, seed: int) -> tuple[list[render.GenTask], list[render.Dropped]]:
-    """The first ``n`` tasks of ``split`` that pass the host validation, and the dropped ones."""
+def pairs_for(split: str) -> list[tuple[str, str, str]]:
+    """The (family, template, site) triples whose tasks belong to ``split``."""
     if split not in templates.SPLITS:
         raise ValueError(f"split={split!r} is invalid; allowed values: {templates.SPLITS}")
     reg = templates.registry()
     of = templates.split_of(reg)
-    pairs = [p for p in templates.pairs(reg) if of[p[:2]] == split]
+    return [p for p in templates.pairs(reg) if of[p[:2]] == split]
+
+
+def draw(n: int, split: str, seed: int) -> tuple[list[render.GenTask], list[render.Dropped]]:
+    """The first ``n`` tasks of ``split`` that pass the host validation, and the dropped ones."""
+    reg, pairs = templates.registry(), pairs_for(split)
     kept, dropped, index = [], [], 0
     while len(kept) < n:
         if index >= MAX_DRAWS * n + 16:

@@ -193,7 +193,7 @@ def span(xs):
             ("",),
             ("    xs = [x for x in xs if x]\n",),
         ),
-        "parity": Site("inverted_condition", "median", "==", ("!=",)),
+        "parity": Site("inverted_condition", "median", "==", ("!=",), (">",)),
         "obo": Site("off_by_one", "median", "- 1", ("+ 1", ""), ("- 2",)),
         "op": Site("arithmetic", "median", "+", ("-",), ("*",)),
     },

@@ -48,7 +48,7 @@ def net(amount, pct):
     },
     sites={
         "opening": Site("constant", "balance", "0", ("100", "1"), ("-1",)),
-        "kind": Site("inverted_condition", "balance", "==", ("!=",)),
+        "kind": Site("inverted_condition", "balance", "==", ("!=",), (">=",)),
         "acc": Site("arithmetic", "balance", "+=", ("-=",), ("*=",)),
     },
 )

@@ -153,7 +153,7 @@ def count_items(text, sep=";"):
     },
     sites={
         "sep": Site("constant", "parse_pairs", '";"', ('","',), ('"&"',)),
-        "blank": Site("inverted_condition", "parse_pairs", "not ", ("",)),
+        "blank": Site("inverted_condition", "parse_pairs", "not ", ("",), ('"=" not in ',)),
     },
 )
 
@@ -163,6 +163,8 @@ def _kv(r: random.Random) -> list:
     items = [
         f"{r.choice('abcxyz')}{r.choice(('=', ' = '))}{r.randint(0, 99)}" for _ in range(r.randint(0, 4))
     ]
+    if r.random() < 0.3:
+        items.append(r.choice("pq"))  # a bare key: value 0
     if r.random() < 0.4:
         items.insert(r.randint(0, len(items)), r.choice(("", " ")))
     text = sep.join(items)
