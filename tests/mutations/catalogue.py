@@ -280,4 +280,15 @@ MUTATIONS = (
         "self.records, self.task, self.traj = s.records, s.task, s.traj",
         ("tests/sampling/test_machine.py::test_random_event_sequences_keep_conservation_bounds_and_purity",),
     ),
+    Mutation(
+        "generator_validation_skipped",
+        "codefix generated tasks: every task validated before use",
+        "agentjax/envs/codefix/generated/store.py",
+        "else check.validate(task)",
+        "else []",
+        (
+            "tests/envs/test_codefix_generator.py::"
+            "test_validation_drops_a_reference_that_fails_and_a_bug_no_test_catches",
+        ),
+    ),
 )
