@@ -48,7 +48,9 @@ def pairs_for(split: str) -> list[tuple[str, str, str]]:
         raise ValueError(f"split={split!r} is invalid; allowed values: {templates.SPLITS}")
     reg = templates.registry()
     of = templates.split_of(reg)
-    return [p for p in templates.pairs(reg) if of[p[:2]] == split]
+    mine = [p for p in templates.pairs(reg) if of[p[:2]] == split]
+    rank = {p: sum(q[0] == p[0] for q in mine[:i]) for i, p in enumerate(mine)}
+    return sorted(mine, key=lambda p: (rank[p], p))  # families interleaved: any prefix is varied
 
 
 def draw(n: int, split: str, seed: int) -> tuple[list[render.GenTask], list[render.Dropped]]:
