@@ -33,7 +33,8 @@ RUN_CONFIGS = (
     "noisy_env_curriculum",
 )
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
-HF_CONFIGS = ("codefix_tiny", "qwen3_codefix")  # model.hf_path: tests/codefix_training_cases.py
+# model.hf_path: tests/codefix_training_cases.py; codefix_generated: tests/envs/test_codefix_generator.py
+HF_CONFIGS = ("codefix_tiny", "qwen3_codefix", "codefix_generated")
 
 
 def _load(name):

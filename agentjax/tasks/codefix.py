@@ -6,6 +6,12 @@ verdict is the reward (``pass`` 1, ``fail`` partial credit, ``reward_hack`` -1, 
 masked and retried; :data:`agentjax.envs.protocol.REWARD_TREATMENT`). Held-out tasks are the last
 ``task.eval_tasks`` of ``codefix.tasks``; the others are trained on.
 
+Generated tasks (``task.kwargs``, :mod:`agentjax.envs.codefix.generated`): ``generated=N`` trains on
+N generated tasks of the training (family, template) pairs and evaluates on ``task.eval_tasks``
+generated tasks of the held-out pairs (never trained on, under any seed); ``seed`` (default: the
+run's seed) seeds the generator; the scripted agents play the first ``demo_tasks`` tasks of each
+split (demonstrations, baseline). Every generated task is validated in the sandbox before use.
+
 Observation budget, two recorded cuts: the environment keeps the head and the tail of a tool
 output longer than ``codefix.max_obs_chars`` characters (the agent sees ``...[truncated]...``);
 the rollout keeps the first ``caps.max_obs_tokens`` tokens of an observation and the template's
@@ -46,6 +52,24 @@ TOOLS = (
 SYSTEM = "You fix a bug in a small Python repository. Call one tool per reply; submit when the fix is done."
 
 
+def _check_kwargs(run, generated, seed, demo_tasks) -> None:
+    """task.kwargs of codefix: a bad value fails at start, naming the field and the allowed values."""
+    for field, value, low in (("generated", generated, 0), ("demo_tasks", demo_tasks, 1)):
+        if type(value) is not int or value < low:
+            raise ConfigError(f"task.kwargs.{field}={value!r} is invalid; allowed values: an int >= {low}")
+    if seed is not None and type(seed) is not int:
+        raise ConfigError(
+            f"task.kwargs.seed={seed!r} is invalid; allowed values: an int or None (the run's seed)"
+        )
+    if generated and run.codefix.tasks:
+        raise ConfigError(
+            f"task.kwargs.generated={generated} and codefix.tasks={tuple(run.codefix.tasks)} exclude each "
+            "other; allowed: bundled tasks (generated=0) or generated tasks (codefix.tasks=())"
+        )
+    if generated and run.task.eval_tasks < 1:
+        raise ConfigError(f"task.eval_tasks={run.task.eval_tasks} is invalid; allowed values: an int >= 1")
+
+
 class _Env(CodefixEnv):
     """A codefix environment that removes its workspace when dropped."""
 
@@ -61,22 +85,31 @@ class CodefixSuite:
     tools = TOOLS
     system = SYSTEM
 
-    def __init__(self, run):
+    def __init__(self, run, generated: int = 0, seed: int | None = None, demo_tasks: int = 16):
+        _check_kwargs(run, generated, seed, demo_tasks)
         probe = sandbox.probe()
         if not probe.ok:
             raise ConfigError(
                 f"task.name='codefix' runs agent code in the sandbox, which is "
                 f"unavailable here: {probe.reason}"
             )
-        names = list(run.codefix.tasks) or codefix.list_tasks()
         k = run.task.eval_tasks
-        if not 1 <= k < len(names):
-            raise ConfigError(
-                f"task.eval_tasks={k} is invalid for codefix: 1..{len(names) - 1} "
-                f"(held out from the {len(names)} tasks in codefix.tasks)"
-            )
-        self.train = [codefix.load_task(n) for n in names[:-k]]
-        self.heldout = [codefix.load_task(n) for n in names[-k:]]
+        self.demo_tasks = demo_tasks if generated else None
+        if generated:
+            from agentjax.envs.codefix.generated import store  # noqa: PLC0415
+
+            gen_seed = run.seed if seed is None else seed
+            self.train = store.tasks(generated, "train", gen_seed)
+            self.heldout = store.tasks(k, "heldout", gen_seed)
+        else:
+            names = list(run.codefix.tasks) or codefix.list_tasks()
+            if not 1 <= k < len(names):
+                raise ConfigError(
+                    f"task.eval_tasks={k} is invalid for codefix: 1..{len(names) - 1} "
+                    f"(held out from the {len(names)} tasks in codefix.tasks)"
+                )
+            self.train = [codefix.load_task(n) for n in names[:-k]]
+            self.heldout = [codefix.load_task(n) for n in names[-k:]]
         self.agents = list(run.codefix.agents)
         self.group_size, self.base = run.rl.group_size, run.seed * 1_000_003
         self.env_config = EnvConfig(
@@ -106,7 +139,7 @@ class CodefixSuite:
             from agentjax.envs.codefix.agents import AGENTS, HONEST, play  # noqa: PLC0415
 
             env, demos = self.make_env(), []
-            for task in self.train if split == "train" else self.heldout:
+            for task in (self.train if split == "train" else self.heldout)[: self.demo_tasks]:
                 for name in (a for a in self.agents if a in HONEST):
                     actions = AGENTS[name][0](task)
                     obs, final = play(env, task, AGENTS[name][0])

@@ -288,4 +288,15 @@ MUTATIONS = (
         "    bk = BK if m < 32 else 2 * BK\n",
         ("tests/policy/test_pallas_exact.py::test_row_kernels_give_a_row_the_same_bits_in_any_row_count",),
     ),
+    Mutation(
+        "generator_validation_skipped",
+        "codefix generated tasks: every task validated before use",
+        "agentjax/envs/codefix/generated/store.py",
+        "else check.validate(task)",
+        "else []",
+        (
+            "tests/envs/test_codefix_generator.py::"
+            "test_validation_drops_a_reference_that_fails_and_a_bug_no_test_catches",
+        ),
+    ),
 )

@@ -47,6 +47,10 @@ class Task:
     quarantined: frozenset[str]
     fingerprint: str
     validation: Mapping[str, Any]
+    generated: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # family, split, patch...
+
+
+_GENERATED: dict[str, Task] = {}  # generated tasks by name (agentjax.envs.codefix.generated.store)
 
 
 def list_tasks() -> list[str]:
@@ -134,8 +138,16 @@ def validate(task: Task) -> dict[str, Any]:
     }
 
 
-def _build(name: str, cases: tuple[Mapping[str, Any], ...] | None = None, tag: str = "") -> Task:
-    d = os.path.join(TASKS_DIR, name)
+def _build(
+    name: str,
+    cases: tuple[Mapping[str, Any], ...] | None = None,
+    tag: str = "",
+    task_dir: str | None = None,
+    validation: Mapping[str, Any] | None = None,
+) -> Task:
+    d = task_dir or (
+        _GENERATED[name].generated["dir"] if name in _GENERATED else os.path.join(TASKS_DIR, name)
+    )
     with open(os.path.join(d, "task.json")) as f:
         spec = json.load(f)
     cases = cases if cases is not None else tuple(spec["cases"])
@@ -152,7 +164,10 @@ def _build(name: str, cases: tuple[Mapping[str, Any], ...] | None = None, tag: s
         quarantined=frozenset(),
         fingerprint=fp,
         validation={},
+        generated={**spec["generated"], "dir": d} if "generated" in spec else {},
     )
+    if validation is not None:  # validated by its generator (agentjax.envs.codefix.generated)
+        return dataclasses.replace(task, validation=validation)
     path = _cache_path(fp)
     try:
         with open(path) as f:
@@ -169,7 +184,10 @@ def _build(name: str, cases: tuple[Mapping[str, Any], ...] | None = None, tag: s
 
 @functools.lru_cache(maxsize=64)
 def load_task(name: str) -> Task:
-    """Loads and validates a bundled task (validation cached on disk by fingerprint)."""
+    """Loads and validates a bundled task (validation cached on disk by fingerprint), or returns a
+    generated task registered with :func:`register_generated`."""
+    if name in _GENERATED:
+        return _GENERATED[name]
     if name not in list_tasks():
         raise KeyError(f"unknown codefix task {name!r}; known: {list_tasks()}")
     tools = dict(faults.tool_versions(verifier.SANDBOX_PYTHON))
@@ -179,6 +197,15 @@ def load_task(name: str) -> Task:
             f"(apt-get install -y python3-pytest); found {tools}"
         )
     return _build(name)
+
+
+def register_generated(name: str, task_dir: str, validation: Mapping[str, Any]) -> Task:
+    """A generated task in the bundled tasks' format under ``task_dir``, already validated by its
+    generator; ``load_task(name)`` returns it from now on (the audit and fault injection load by
+    name)."""
+    task = _build(name, task_dir=task_dir, validation=validation)
+    _GENERATED[name] = task
+    return task
 
 
 @functools.lru_cache(maxsize=64)
