@@ -53,7 +53,8 @@ from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import EngineRollout
 from agentjax.sampling.envpool import EnvPool, RealLatency
-from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
+from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 
 MODEL = dict(

@@ -27,9 +27,9 @@ from agentjax.policy.config import ConfigError, ModelConfig, ValueHead
 from agentjax.run import checks
 from agentjax.run.sections import CurriculumSection, FaultsSection, FingerprintSection, RubricSection
 from agentjax.sampling.context import ContextKind
+from agentjax.sampling.episode import Caps
 from agentjax.sampling.precision import SamplerPrecision
 from agentjax.sampling.queue import Clock
-from agentjax.sampling.rollout import Caps
 from agentjax.sampling.runlog import SchedulerConfig
 from agentjax.sampling.staleness import StalenessConfig
 from agentjax.sharding.mesh import MESH_AXES

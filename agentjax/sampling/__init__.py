@@ -21,10 +21,11 @@ from agentjax.sampling.clock import SimulatedExecutor, ThreadedExecutor
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import EngineRollout
 from agentjax.sampling.envpool import EnvPool, EnvPoolKind, RealLatency, pool_stats
+from agentjax.sampling.episode import Caps, EpisodeSpec
 from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
 from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.replay import ReplayExecutor
-from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
+from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.runlog import RunLog, SchedulerConfig
 from agentjax.sampling.sampler import Sampler, SamplerState, Span, Status, take
 from agentjax.sampling.schedstate import Async, SchedulerState, Sync, Train, WindowedFifo

@@ -52,8 +52,8 @@ from agentjax.envs.protocol import InfraError
 from agentjax.sampling.context import keep_all
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.envpool import EnvPool
+from agentjax.sampling.episode import Caps, Episode, EpisodeSpec, Turns, env_call, row_keys
 from agentjax.sampling.queue import ResumeMode
-from agentjax.sampling.rollout import EpisodeSpec, Rollout, _Row, _row_keys, env_call
 from agentjax.sampling.sampler import Status
 from agentjax.trajectory import StopReason, Trajectory
 
@@ -68,7 +68,7 @@ def _pool_error(e: BaseException) -> InfraError:
 class Paused:
     """An episode paused by the round budget: what the next ``run`` resumes it from."""
 
-    row: _Row  # host state: environment, turns so far, the current action's tokens
+    row: Episode  # host state: environment, turns so far, the current action's tokens
     stream: np.ndarray  # every token the model has seen
     routes: np.ndarray | None  # MoE experts of ``stream`` (None: dense)
     slot_row: Any = None  # ``keep``: the slot's one-row state (KV cache); ``recompute``: None
@@ -90,8 +90,9 @@ class Admission:
         return self.resume == ResumeMode.KEEP
 
 
-class EngineRollout(Rollout):
-    """Episodes run on ``engine`` slots, environments stepped on a pool."""
+class EngineRollout:
+    """Episodes run on ``engine`` slots, environments stepped on a pool; each episode's record is
+    kept by :class:`~agentjax.sampling.episode.Turns`, as lock-step :class:`Rollout` keeps it."""
 
     poll_s = 0.02  # with a feed: how often a step blocked on environments polls it
 
@@ -99,7 +100,7 @@ class EngineRollout(Rollout):
         self,
         engine: Engine,
         codec,
-        caps,
+        caps: Caps,
         episodes: list[EpisodeSpec | Paused],
         *,
         context=keep_all,
@@ -108,13 +109,10 @@ class EngineRollout(Rollout):
         """``episodes``: new episodes, or paused ones to resume. ``evict_after``: when episodes
         wait for a slot and none is free, evict an episode that has waited at least this many
         seconds on its environment (None: never evict)."""
-        specs = [p.row.spec if isinstance(p, Paused) else p for p in episodes]
-        super().__init__(engine.sampler, codec, caps, specs, context=context)
-        self.engine, self.evict_after = engine, evict_after
+        self.engine, self.evict_after, self.caps, self.ctx = engine, evict_after, caps, context
+        self.turns = Turns(codec, caps, engine.sampler.config.max_seq_len)
         self._episodes = list(episodes)
-        for i, p in enumerate(episodes):
-            if isinstance(p, Paused):
-                self.rows[i] = p.row
+        self.rows = [p.row if isinstance(p, Paused) else Episode(p) for p in episodes]
         self.paused: dict[int, Paused] = {}  # row -> its state, for rows this run paused
         self.metrics: dict[str, float] = {}
 
@@ -148,7 +146,7 @@ class EngineRollout(Rollout):
         self._owner = [-1] * n_slots  # slot -> row
         self._slot: dict[int, int] = {}  # row -> slot (absent: evicted, waiting or not admitted)
         self._stream: dict[int, np.ndarray] = {}  # row -> every token the model has seen
-        self._routes: dict[int, np.ndarray | None] = {}
+        self._routes_by_row: dict[int, np.ndarray | None] = {}
         self._new: deque[int] = deque()  # rows to admit
         self._back: deque[int] = deque()  # rows whose whole stream is prefilled when they get a slot
         self._kept: dict[int, Any] = {}  # resumed rows under keep: their slot row
@@ -181,7 +179,7 @@ class EngineRollout(Rollout):
         while True:
             for adm in feed() if feed is not None else ():
                 m["joined_running"] += bool(self._open)  # a round joining episodes in flight
-                self.rows.append(adm.episode.row if isinstance(adm.episode, Paused) else _Row(adm.episode))
+                self.rows.append(adm.episode.row if isinstance(adm.episode, Paused) else Episode(adm.episode))
                 self._enqueue(len(self.rows) - 1, adm)
             if not (self._new or self._back or waiting or any(o >= 0 for o in owner)):
                 if feed is None or not self._open:
@@ -206,7 +204,7 @@ class EngineRollout(Rollout):
                 env, res, err, wall = d.value if d.error is None else (None, None, _pool_error(d.error), 0.0)
                 if env is not None:  # a process pool's step brings the stepped environment back
                     self.rows[i].set_env(env)
-                obs = self._env_result(i, res, err, wall)
+                obs = self.turns.env_result(self.rows[i], res, err, wall, self._routes(i))
                 self._observe(i, obs, self._back)
             for s in range(n_slots):  # an ended episode frees its slot at once
                 if owner[s] >= 0 and self.rows[owner[s]].done:
@@ -258,7 +256,7 @@ class EngineRollout(Rollout):
         if not isinstance(p, Paused):
             self._new.append(i)
             return
-        self._stream[i], self._routes[i] = p.stream, p.routes
+        self._stream[i], self._routes_by_row[i] = p.stream, p.routes
         if adm.keep and p.slot_row is not None:
             self._kept[i] = p.slot_row
         else:  # recompute: the context and the action so far, under the weights of this call
@@ -308,7 +306,7 @@ class EngineRollout(Rollout):
             seeds[s], turns[s] = r.spec.seed, len(r.turns)
         t1 = time.perf_counter()
         self.state, span = e.generate(
-            run.params, self.state, _row_keys(rng, seeds, turns), remaining, version=run.version
+            run.params, self.state, row_keys(rng, seeds, turns), remaining, version=run.version
         )
         recs = e.records(self.state, span)
         dt = time.perf_counter() - t1
@@ -325,10 +323,10 @@ class EngineRollout(Rollout):
             r = self.rows[o]
             turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
             if recs[s].status == Status.FULL:
-                self._close_turn(o, [])
+                self.turns.close(r, [], self._routes(o))
                 r.end(StopReason.CONTEXT_FULL)
             elif recs[s].status == Status.STOPPED or turn_full:
-                text = self._action_text(o)
+                text = self.turns.action_text(r, self._routes(o))
                 if text is not None:
                     self._waiting[o] = time.perf_counter()
                     pool.submit((self._call, o), env_call, r.spec.env, text)
@@ -339,7 +337,9 @@ class EngineRollout(Rollout):
             r = self.rows[i]
             if i in self.paused or (r.done and i not in self._waiting):
                 self._open.discard(i)
-                result = r.deliver(self._paused_trajectory(i) if i in self.paused else self._trajectory(r))
+                result = r.deliver(
+                    self._paused_trajectory(i) if i in self.paused else self.turns.trajectory(r)
+                )
                 if on_done is not None:
                     on_done(i, result)
 
@@ -347,13 +347,13 @@ class EngineRollout(Rollout):
         """Row ``i`` spent its round budget: it stops here, resumable."""
         r = self.rows[i]
         r.pause()
-        self.paused[i] = Paused(r, self._stream[i], self._routes.get(i), slot_row)
+        self.paused[i] = Paused(r, self._stream[i], self._routes_by_row.get(i), slot_row)
 
     def _paused_trajectory(self, i: int) -> Trajectory:
         """The record so far: the finished turns and the unfinished action (no observation)."""
         r = self.rows[i]
-        t = self._trajectory(r)
-        turns = [*r.turns, self._turn_of(i, [])] if r.gen["tok"] else t.turns
+        t = self.turns.trajectory(r)
+        turns = [*r.turns, self.turns.turn(r, [], self._routes(i))] if r.gen["tok"] else t.turns
         return dataclasses.replace(t, turns=turns, final_reward=0.0, label=None)
 
     def _evictable(self) -> list[int]:
@@ -366,7 +366,7 @@ class EngineRollout(Rollout):
     def _admit(self, i: int) -> int | None:
         """Resets row ``i``'s environment; its prompt becomes its stream (None: it cannot run)."""
         r = self.rows[i]
-        toks = self._reset(r)
+        toks = self.turns.reset(r)
         if r.done:  # the reset raised: an infra fault, delivered without a slot
             return None
         self._set_context(i, np.asarray(toks, np.int32))
@@ -382,11 +382,11 @@ class EngineRollout(Rollout):
     def _record(self, i: int, rec, seconds: float) -> None:
         self.rows[i].record(rec.tokens, rec.logp, rec.logp_raw, rec.version, seconds)
         self._stream[i] = np.concatenate([self._stream[i], rec.tokens])
-        self._routes[i] = self.engine.routes(self.state, self._slot[i], self._stream[i].size)
+        self._routes_by_row[i] = self.engine.routes(self.state, self._slot[i], self._stream[i].size)
 
-    def _routes_of(self, i: int, n: int):
-        routes = self._routes.get(i)
-        return None if routes is None else routes[:n]
+    def _routes(self, i: int):
+        """Row ``i``'s MoE experts at its first ``n`` positions, ``n -> array`` (None: dense)."""
+        return lambda n: None if self._routes_by_row.get(i) is None else self._routes_by_row[i][:n]
 
     def _observe(self, i: int, obs: list[int], back: deque) -> None:
         """Appends the observation to row ``i``: into its kept slot (prefilled with the step's

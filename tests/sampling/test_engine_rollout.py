@@ -11,8 +11,10 @@ from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool, RealLatency
-from agentjax.sampling.rollout import Caps, EpisodeSpec, Rollout
+from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
+from agentjax.testing.drivers import assert_same_trajectories, assert_same_trajectory, lockstep, on_engine
 from agentjax.testing.models import tiny_dense
 
 TOK = WordTokenizer(minirepo.vocabulary())
@@ -40,17 +42,7 @@ def _specs(n, wrap=lambda e: e):
     ]
 
 
-def _same(a, b):
-    assert (a.task_id, a.stop_reason, a.final_reward, a.label) == (
-        b.task_id,
-        b.stop_reason,
-        b.final_reward,
-        b.label,
-    )
-    assert a.rewards == b.rewards and len(a.turns) == len(b.turns)
-    for x, y in zip(a.turns, b.turns, strict=True):
-        for f in ("context", "action", "logp", "logp_raw", "version", "observation"):
-            np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
+_same = assert_same_trajectory  # the drivers' parity fixture (agentjax.testing.drivers)
 
 
 @pytest.mark.slow
@@ -261,3 +253,17 @@ def test_a_call_that_fails_with_steps_in_flight_leaves_the_shared_pool_usable(pa
         got = again.run(params, 1, jax.random.key(7), pool)
     for a, b in zip(got, want, strict=True):
         _same(a, b)
+
+
+@pytest.mark.parametrize("slots,chunk,seed", [(2, 5, 11), (5, 2, 29)])
+def test_every_driver_yields_the_same_trajectory(params, slots, chunk, seed):
+    """The parity fixture on randomised cases: episode count, slots, chunk and sampling key
+    drawn per case; lock-step Rollout and the slot engine give each episode the same record."""
+    n = int(np.random.default_rng(seed).integers(3, 7))
+    rng = jax.random.key(seed)
+    want = lockstep(SAMPLER, Codec(TOK), CAPS, _specs(n), params, 2, rng)
+    with EnvPool(2, "thread") as pool:
+        got = on_engine(
+            Engine(SAMPLER, slots=slots, chunk=chunk), Codec(TOK), CAPS, _specs(n), params, 2, rng, pool
+        )
+    assert_same_trajectories(got, want)
