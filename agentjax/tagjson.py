@@ -34,7 +34,7 @@ import numpy as np
 TYPES = frozenset({
     "agentjax.trajectory:Trajectory", "agentjax.trajectory:Turn", "agentjax.trajectory:StopReason",
     "agentjax.sampling.runlog:Record", "agentjax.sampling.runlog:Consumed",
-    "agentjax.sampling.runlog:SchedulerConfig", "agentjax.sampling.queue:TaskCaps",
+    "agentjax.sampling.runlog:SchedulerConfig", "agentjax.sampling.queue:Caps",
     "agentjax.sampling.queue:SchedulerMode", "agentjax.sampling.queue:ResumeMode",
     "agentjax.sampling.queue:Clock", "agentjax.sampling.envpool:EnvPoolKind",
     "agentjax.sampling.queue:WorkItem", "agentjax.sampling.queue:RoundResult",

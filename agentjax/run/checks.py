@@ -34,6 +34,7 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "caps.max_tool_calls": (1, 4096, True),
     "caps.max_action_tokens": (1, 2**20, True),
     "caps.max_obs_tokens": (1, 2**20, True),
+    "caps.max_tokens": (1, 2**30, True),  # None: no episode cap
     "warm_start.episodes": (1, 2**24, True),
     "warm_start.steps": (0, 2**24, True),  # 0: no warm start
     "warm_start.batch_size": (1, 2**16, True),
@@ -138,7 +139,9 @@ def check_types(section: str, cls, values: dict) -> None:
 
 
 def check_value(field: str, value: Any) -> None:
-    """``field``'s range from the tables above (fields without a rule pass)."""
+    """``field``'s range from the tables above (fields without a rule, or left None, pass)."""
+    if value is None:
+        return
     if field in RANGES:
         lo, hi, _ = RANGES[field]
         if (lo is not None and value < lo) or (hi is not None and value > hi):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from typing import Any
 
 from agentjax import importpath, rundefaults
@@ -184,8 +185,10 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     hints = checks.type_hints(cls)
     for k, v in kw.items():  # a nested component config given as a dict (scheduler.caps)
-        if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]):
-            kw[k] = _build(f"{section}.{k}", hints[k], v)
+        kinds = (hints[k], *typing.get_args(hints[k]))  # the type, or the members of `X | None`
+        nested = next((t for t in kinds if dataclasses.is_dataclass(t)), None)
+        if isinstance(v, dict) and nested is not None:
+            kw[k] = _build(f"{section}.{k}", nested, v)
     checks.check_types(section, cls, kw)  # a string where a number belongs, NaN, ...
     try:
         obj = cls(**kw, **fixed)
@@ -301,7 +304,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     if s.caps != SchedulerConfig().caps:
         raise ConfigError(
             f"scheduler.caps={s.caps}: the training loop takes its per-task caps from the caps "
-            "section; leave scheduler.caps at TaskCaps()"
+            "section; leave scheduler.caps unset (None)"
         )
     if s.round_budget and not s.engine_slots:
         raise ConfigError(

@@ -301,7 +301,12 @@ class EngineRollout:
         for s in slots:
             r = self.rows[owner[s]]
             room = e.max_len - self._stream[owner[s]].size
-            left = min(self.caps.max_action_tokens - len(r.gen["tok"]), room, budget - self._spent[owner[s]])
+            left = min(
+                self.caps.max_action_tokens - len(r.gen["tok"]),
+                room,
+                budget - self._spent[owner[s]],
+                self.turns.tokens_left(r),
+            )
             remaining[s] = max(left, 0)
             seeds[s], turns[s] = r.spec.seed, len(r.turns)
         t1 = time.perf_counter()
@@ -330,6 +335,9 @@ class EngineRollout:
                 if text is not None:
                     self._waiting[o] = time.perf_counter()
                     pool.submit((self._call, o), env_call, r.spec.env, text)
+            elif self.turns.capped(r):  # the episode's token cap (wins a tie with the budget)
+                self.turns.close(r, [], self._routes(o))
+                r.end(StopReason.TASK_CAP)
 
     def _deliver(self, on_done) -> None:
         """Rows that ended or paused get their record (and ``on_done`` is told) at once."""
@@ -393,6 +401,9 @@ class EngineRollout:
         other inputs), or queued for a slot."""
         r = self.rows[i]
         if r.done:
+            return
+        if self.turns.capped(r):  # no action token left under caps.max_tokens
+            r.end(StopReason.TASK_CAP)
             return
         obs_arr = np.asarray(obs, np.int32)
         full = np.concatenate([self._stream[i], obs_arr])

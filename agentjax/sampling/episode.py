@@ -20,18 +20,10 @@ import numpy as np
 from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError, attribute_step_error
 from agentjax.envs.sandbox import SandboxUnavailable
 from agentjax.policy.codec import Codec
+from agentjax.sampling.queue import Caps
 from agentjax.trajectory import StopReason, Trajectory, Turn
 
 RoutesOf = Callable[[int], "np.ndarray | None"]  # MoE experts of an episode's first n positions
-
-
-@dataclasses.dataclass(frozen=True)
-class Caps:
-    """Per-task caps (part of the task: exceeding them is the agent's failure)."""
-
-    max_tool_calls: int = 8
-    max_action_tokens: int = 16  # per turn
-    max_obs_tokens: int = 80  # per observation, after encoding (cut tokens are recorded)
 
 
 @dataclasses.dataclass
@@ -70,6 +62,11 @@ class Episode:
     env_error: dict | None = None  # the evidence of an exception the environment raised
     call_error: str | None = None  # why the action was not a tool call (agent_error)
     evicted: bool = False  # the slot engine gave up this row's slot while its environment ran
+
+    @property
+    def action_tokens(self) -> int:
+        """Action tokens over the episode so far (its finished turns and the current action)."""
+        return sum(t.action.size for t in self.turns) + len(self.gen["tok"])
 
     # The rollouts (lock-step and slot engine) change a row only through these methods.
     def end(self, stop: StopReason) -> None:
@@ -157,6 +154,17 @@ class Turns:
     def width(self) -> int:
         """Tokens an observation (or prompt) may take after :meth:`cut`."""
         return self.caps.max_obs_tokens + 2
+
+    def tokens_left(self, ep: Episode) -> int:
+        """Action tokens the episode may still generate under ``caps.max_tokens``."""
+        if self.caps.max_tokens is None:
+            return 1 << 30
+        return max(self.caps.max_tokens - ep.action_tokens, 0)
+
+    def capped(self, ep: Episode) -> bool:
+        """The episode spent its ``caps.max_tokens``: it ends as ``task_cap`` (the agent's failure;
+        a tie with the round budget goes to the cap)."""
+        return self.caps.max_tokens is not None and ep.action_tokens >= self.caps.max_tokens
 
     def reset(self, ep: Episode) -> list[int]:
         """Resets the episode's environment; its prompt tokens. A reset that raises ends the episode

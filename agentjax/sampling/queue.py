@@ -47,11 +47,15 @@ class ResumeMode(Choice):
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskCaps:
-    """Per-task caps: hitting one ends the episode with ``StopReason.TASK_CAP`` (agent failed)."""
+class Caps:
+    """Per-task caps (part of the task: hitting one ends the episode with
+    ``StopReason.TASK_CAP``, the agent's failure), the one caps type of every rollout driver and
+    of the simulated worker."""
 
-    max_tokens: int | None = None  # action tokens over the whole episode
-    max_tool_calls: int | None = None  # environment steps over the whole episode
+    max_tool_calls: int = 8  # environment steps over the whole episode
+    max_action_tokens: int = 16  # per turn
+    max_obs_tokens: int = 80  # per observation, after encoding (cut tokens are recorded)
+    max_tokens: int | None = None  # action tokens over the whole episode (None: no cap)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +63,7 @@ class WorkItem:
     task: Any  # anything with ``task_id`` and ``task_class``
     version: int  # the policy version this round samples with
     round_budget: int | None  # action tokens allowed this round (None: unlimited)
-    caps: TaskCaps
+    caps: Caps | None  # None: uncapped (a simulated workload)
     resume: str  # "recompute" (re-prefill the prefix under new weights) or "keep" (old KV)
     state: Any = None  # the worker's resumable state of a paused rollout, None to start
 

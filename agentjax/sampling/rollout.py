@@ -125,6 +125,9 @@ class Rollout:
                     r.end(StopReason.CONTEXT_FULL)
                 elif status[i] == Status.STOPPED or turn_full:
                     obs_toks[i] = self._env_step(i)
+                elif self.turns.capped(r):  # the episode's token cap (wins a tie with the budget)
+                    self.turns.close(r, [], self._routes(i))
+                    r.end(StopReason.TASK_CAP)
                 else:  # paused by the round budget: resumable
                     r.note_pause()
             if any(obs_toks):
@@ -138,20 +141,22 @@ class Rollout:
 
     # -- internals ---------------------------------------------------------------------------
     def _close_full_rows(self) -> None:
-        """An episode whose context filled the whole buffer ends there (the system's limit)."""
+        """An episode whose context filled the whole buffer ends there (the system's limit); one
+        that spent its episode token cap (``caps.max_tokens``) ends as ``task_cap``."""
         length = np.asarray(self.state.length)
         for i, r in enumerate(self.rows):
-            if not r.done and length[i] >= self.sampler.config.max_seq_len:
+            full = length[i] >= self.sampler.config.max_seq_len
+            if not r.done and (full or self.turns.capped(r)):
                 if r.gen["tok"]:
                     self.turns.close(r, [], self._routes(i))
-                r.end(StopReason.CONTEXT_FULL)
+                r.end(StopReason.CONTEXT_FULL if full else StopReason.TASK_CAP)
 
     def _turn_budget(self, i: int) -> int:
         r = self.rows[i]
         if r.done:
             return 0
         room = self.sampler.config.max_seq_len - int(self.state.length[i])
-        return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room), 0)
+        return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room, self.turns.tokens_left(r)), 0)
 
     def _extend(self, params, version, toks: list[list[int]]):
         arr = np.zeros((self.capacity, self.width), np.int32)

@@ -17,7 +17,7 @@ from agentjax.choice import coerce
 from agentjax.sampling import staleness as stl
 from agentjax.sampling.envpool import EnvPoolKind
 from agentjax.sampling.groups import UniformGroups
-from agentjax.sampling.queue import Clock, ResumeMode, SchedulerMode, TaskCaps
+from agentjax.sampling.queue import Caps, Clock, ResumeMode, SchedulerMode
 from agentjax.sampling.staleness import Admission, Terminal
 from agentjax.trajectory import Trajectory
 
@@ -37,7 +37,7 @@ class SchedulerConfig:
     window: int = 64  # windowed_fifo: the consumption window W (ignored by the other modes)
     round_budget: int = 0  # action tokens per rollout per round (partial rollout); 0: no budget
     resume: ResumeMode = ResumeMode.RECOMPUTE
-    caps: TaskCaps = TaskCaps()
+    caps: Caps | None = None  # a simulated workload's per-task caps (the training loop: the caps section)
     learner_step_time: float = 0.0  # seconds per learner step on the virtual clock
     gen_seconds_per_token: float = 0.02  # virtual clock: seconds per sampled token
     engine_slots: int = 0  # > 0: sample on the slot engine (EngineRollout) with this many slots

@@ -20,7 +20,7 @@ parameters), a thread pool gives real latency (order may vary, nothing is lost).
 Partial rollout: with ``round_budget`` a rollout pauses after that many action tokens in a round
 (``StopReason.ROUND_BUDGET_PAUSED``) and resumes once the learner has published a newer version
 (``sync``: in the next round), re-prefilling its prefix (``recompute``) or keeping the old
-cache (``keep``). Per-task caps (``TaskCaps``) end the episode with ``StopReason.TASK_CAP``.
+cache (``keep``). Per-task caps (``Caps``) end the episode with ``StopReason.TASK_CAP``.
 After each learner step, rollouts whose version gap already exceeds the hard bound are cancelled
 and queued ones rejected, so no trained sample ever exceeds the configured gap.
 """

@@ -116,7 +116,7 @@ class SimulatedWorker:
             done_ctx = _context(task, st.turns).size + st.offset
             recompute = t = done_ctx * task.prefill_time
         budget = np.inf if item.round_budget is None else item.round_budget
-        cap = np.inf if caps.max_tokens is None else caps.max_tokens
+        cap = np.inf if caps is None or caps.max_tokens is None else caps.max_tokens
         stop = None
         while stop is None:
             spec = task.turns[st.turn]
@@ -137,7 +137,7 @@ class SimulatedWorker:
                     st = dataclasses.replace(st, pauses=(*st.pauses, st.offset))
                     stop = StopReason.ROUND_BUDGET_PAUSED
                 break
-            if caps.max_tool_calls is not None and st.tool_calls >= caps.max_tool_calls:
+            if caps is not None and st.tool_calls >= caps.max_tool_calls:
                 stop = StopReason.TASK_CAP
                 break
             env_iv.append((t, t + spec.env_time))

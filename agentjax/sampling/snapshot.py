@@ -2,7 +2,7 @@
 
 Layout: one JSON header line, then the body (JSON of the state, UTF-8)::
 
-    {"format": "agentjax-scheduler-snapshot", "version": 3, "body_bytes": N, "crc32": C}
+    {"format": "agentjax-scheduler-snapshot", "version": 4, "body_bytes": N, "crc32": C}
     {"config": {...}, "machine": {"$obj": "agentjax.sampling.schedstate:SchedulerState", ...}, ...}
 
 The body's fields are :data:`FIELDS`: ``Scheduler.snapshot`` writes them with :func:`dumps`
@@ -39,7 +39,7 @@ __all__ = [
 # Version 3: the body is the scheduler machine's state (``SchedulerState``) with the driver's
 # fields around it. Version 2 (the scheduler object's attributes) and older are rejected (start a
 # new workdir).
-FORMAT, VERSION = "agentjax-scheduler-snapshot", 3
+FORMAT, VERSION = "agentjax-scheduler-snapshot", 4  # 4: one Caps type (was TaskCaps)
 
 
 # The snapshot's fields: the machine's build (configs, sizes), its state ("machine": live

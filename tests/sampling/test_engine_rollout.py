@@ -267,3 +267,18 @@ def test_every_driver_yields_the_same_trajectory(params, slots, chunk, seed):
             Engine(SAMPLER, slots=slots, chunk=chunk), Codec(TOK), CAPS, _specs(n), params, 2, rng, pool
         )
     assert_same_trajectories(got, want)
+
+
+@pytest.mark.parametrize("max_tokens", [3, 9])
+def test_an_episode_token_cap_ends_the_episode_as_task_cap_on_every_driver(params, max_tokens):
+    """caps.max_tokens (action tokens over the whole episode) bites on both drivers, the same
+    way: no episode generates more, and an episode that spent it ends as task_cap."""
+    caps = Caps(max_tool_calls=4, max_action_tokens=4, max_obs_tokens=24, max_tokens=max_tokens)
+    rng = jax.random.key(5)
+    want = lockstep(SAMPLER, Codec(TOK), caps, _specs(4), params, 1, rng)
+    with EnvPool(2, "thread") as pool:
+        got = on_engine(Engine(SAMPLER, slots=2, chunk=3), Codec(TOK), caps, _specs(4), params, 1, rng, pool)
+    assert_same_trajectories(got, want)
+    assert all(t.num_action_tokens <= max_tokens for t in got)
+    capped = [t for t in got if t.stop_reason == "task_cap"]
+    assert capped and all(t.num_action_tokens == max_tokens for t in capped)

@@ -7,7 +7,7 @@ from agentjax.diagnostics import metrics
 from agentjax.envs.protocol import Label
 from agentjax.sampling import scheduler as sch
 from agentjax.sampling import staleness as stl
-from agentjax.sampling.queue import TaskCaps, WorkItem
+from agentjax.sampling.queue import Caps, WorkItem
 from agentjax.sampling.schedstate import Async, WindowedFifo, advance_window, consumable
 from agentjax.sampling.simulated import SimTask, SimTurn, SimulatedWorker
 from agentjax.trajectory import StopReason
@@ -94,22 +94,22 @@ def test_partial_rollout_pauses_and_resumes_under_new_version(resume, recompute)
 
 
 def _round(t, version, state=None, budget=None, caps=None):
-    item = WorkItem(t, version, budget, caps or TaskCaps(), "keep", state)
+    item = WorkItem(t, version, budget, caps, "keep", state)
     return SimulatedWorker().run_round(item)
 
 
 def test_round_budget_and_task_cap_are_told_apart():
     t = task(0, (30, 5), (30, 5))
-    r1 = _round(t, 0, budget=40, caps=TaskCaps(max_tokens=45))
+    r1 = _round(t, 0, budget=40, caps=Caps(max_tokens=45))
     assert r1.paused and r1.trajectory.stop_reason == StopReason.ROUND_BUDGET_PAUSED
-    r2 = _round(t, 1, r1.state, budget=40, caps=TaskCaps(max_tokens=45))
+    r2 = _round(t, 1, r1.state, budget=40, caps=Caps(max_tokens=45))
     assert r2.trajectory.stop_reason == StopReason.TASK_CAP
     assert r2.trajectory.num_action_tokens == 45
     np.testing.assert_array_equal(r2.trajectory.turns[1].version, [0] * 10 + [1] * 5)
     # budget and cap reached on the same token: the cap wins (the episode is over)
-    tie = _round(t, 0, budget=45, caps=TaskCaps(max_tokens=45))
+    tie = _round(t, 0, budget=45, caps=Caps(max_tokens=45))
     assert tie.trajectory.stop_reason == StopReason.TASK_CAP
-    r = _round(t, 0, caps=TaskCaps(max_tool_calls=1))
+    r = _round(t, 0, caps=Caps(max_tool_calls=1))
     assert r.trajectory.stop_reason == StopReason.TASK_CAP
     assert [x.observation.size for x in r.trajectory.turns] == [2, 0]
     assert r.trajectory.final_reward == 0.0  # the agent failed: a real zero, not a mask
@@ -120,7 +120,7 @@ def test_round_budget_and_task_cap_are_told_apart():
 
 def test_learner_trains_on_completed_round_even_if_a_task_is_capped():
     tasks = [task(0, (30, 5), (30, 5)), task(1, (10, 0))]
-    log = run(tasks, "sync", batch=2, slots=2, steps=1, caps=TaskCaps(max_tokens=20))
+    log = run(tasks, "sync", batch=2, slots=2, steps=1, caps=Caps(max_tokens=20))
     stops = {c.index: c.trajectory.stop_reason for c in log.batches[0]}
     assert stops == {0: StopReason.TASK_CAP, 1: StopReason.FINISHED}
     assert log.elapsed == pytest.approx(20.0)

@@ -42,7 +42,7 @@ def test_snapshot_is_versioned_json_with_named_fields_not_pickle(blobs):
     _, late, _ = blobs
     head, body = late.split(b"\n", 1)
     head = json.loads(head)
-    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == snap.VERSION == 3
+    assert head["format"] == "agentjax-scheduler-snapshot" and head["version"] == snap.VERSION == 4
     state = json.loads(body)
     assert set(snap.FIELDS) == set(state)
     assert state["machine"]["$obj"] == "agentjax.sampling.schedstate:SchedulerState"  # one value
@@ -91,12 +91,12 @@ def test_restored_run_continues_like_the_straight_one(blobs):
         (lambda b: b"", r"run/scheduler_3 is not an agentjax scheduler snapshot"),
         (lambda b: pickle.dumps({"version": 3}), r"not an agentjax scheduler snapshot"),
         (
-            lambda b: b.replace(b'"version": 3', b'"version": 4', 1),
-            r"format version 4; this agentjax reads version 3 only \(a newer agentjax",
+            lambda b: b.replace(b'"version": 4', b'"version": 5', 1),
+            r"format version 5; this agentjax reads version 4 only \(a newer agentjax",
         ),
-        (  # version 2: the scheduler object's attributes, before the machine
-            lambda b: b.replace(b'"version": 3', b'"version": 2', 1),
-            r"format version 2; this agentjax reads version 3 only \(an older agentjax",
+        (  # version 3: TaskCaps, before the one Caps type (2: before the machine)
+            lambda b: b.replace(b'"version": 4', b'"version": 3', 1),
+            r"format version 3; this agentjax reads version 4 only \(an older agentjax",
         ),
     ],
 )
