@@ -359,3 +359,12 @@ def test_reward_hacks_train_with_the_penalty_and_the_runs_evaluation_audits_its_
     assert final["eval/hack/n_opportunities"] == 8  # every held-out task plants the tool
     assert final["eval/hack/n_taken"] > 0 and final["eval/hack/rate"] > 0
     assert final["eval/audit/n_train_pass"] > 0 and final["eval/audit/H"] == 1.0
+
+
+def test_an_episode_token_cap_from_the_caps_section_ends_episodes_in_the_loop(tmp_path):
+    """caps.max_tokens reaches the users' path (real clock, slot engine): no trained or
+    journaled episode has more action tokens, and the episodes that spent it end as task_cap."""
+    _train(_real("default", steps=1, caps__max_tokens=6), tmp_path)
+    trajs = Journal(tmp_path / "journal.bin").read()
+    assert trajs and all(t.num_action_tokens <= 6 for t in trajs)
+    assert any(t.stop_reason == "task_cap" and t.num_action_tokens == 6 for t in trajs)

@@ -10,7 +10,7 @@ from agentjax import tasks as task_registry
 from agentjax.envs.codefix import api
 from agentjax.envs.codefix.agents import oracle, play
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
-from agentjax.envs.codefix.generated import check, render, store, templates
+from agentjax.envs.codefix.generated import catalogue, check, render, store, templates
 from agentjax.envs.codefix.generated.templates import Site, Template
 from agentjax.envs.protocol import Label
 from agentjax.policy.config import ConfigError
@@ -54,7 +54,7 @@ def _pairs_drawn(split, seeds=(0, 1, 2), n=40):
 
 
 def test_split_is_by_family_and_template_disjoint_and_every_family_on_both_sides():
-    split = templates.split_of(templates.registry())
+    split = templates.split_of(catalogue.registry())
     train, held = _pairs_drawn("train"), _pairs_drawn("heldout")
     assert not train & held
     assert all(split[p] == "train" for p in train) and all(split[p] == "heldout" for p in held)
@@ -68,7 +68,7 @@ def test_split_is_by_family_and_template_disjoint_and_every_family_on_both_sides
 
 def test_split_leak_check_catches_a_split_by_task_instead_of_by_pair(monkeypatch):
     """Mutation-style: a split that draws held-out TASKS from every pair must be caught."""
-    every = templates.pairs(templates.registry())
+    every = templates.pairs(catalogue.registry())
     monkeypatch.setattr(store, "pairs_for", lambda split: every if split == "train" else every[::-1])
     assert _pairs_drawn("train", seeds=(0,)) & _pairs_drawn("heldout", seeds=(0,))
 
@@ -111,7 +111,7 @@ def test_validation_drops_a_reference_that_fails_and_a_bug_no_test_catches(monke
     assert isinstance(dropped, render.Dropped) and dropped.reason.startswith("bug_not_caught")
     # through the generator: both are dropped with their reason, never used
     reg = {"stateful": _STATEFUL, "uncaught": _UNCAUGHT}
-    monkeypatch.setattr(templates, "registry", lambda: reg)
+    monkeypatch.setattr(catalogue, "registry", lambda: reg)
     monkeypatch.setattr(store, "pairs_for", lambda split: templates.pairs(reg))
     with pytest.raises(RuntimeError, match="only 0 of 2"):
         store.draw(2, "train", 0)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from agentjax.envs import sandbox
 from agentjax.envs.codefix import api, verifier
-from agentjax.envs.codefix.generated import check, render, templates
+from agentjax.envs.codefix.generated import catalogue, check, render, templates
 
 BATCH = 24  # tasks per sandbox validation run
 LIMITS = sandbox.Limits(wall_s=120.0, cpu_s=60, pids=64)
@@ -46,7 +46,7 @@ def pairs_for(split: str) -> list[tuple[str, str, str]]:
     """The (family, template, site) triples whose tasks belong to ``split``."""
     if split not in templates.SPLITS:
         raise ValueError(f"split={split!r} is invalid; allowed values: {templates.SPLITS}")
-    reg = templates.registry()
+    reg = catalogue.registry()
     of = templates.split_of(reg)
     mine = [p for p in templates.pairs(reg) if of[p[:2]] == split]
     rank = {p: sum(q[0] == p[0] for q in mine[:i]) for i, p in enumerate(mine)}
@@ -55,7 +55,7 @@ def pairs_for(split: str) -> list[tuple[str, str, str]]:
 
 def draw(n: int, split: str, seed: int) -> tuple[list[render.GenTask], list[render.Dropped]]:
     """The first ``n`` tasks of ``split`` that pass the host validation, and the dropped ones."""
-    reg, pairs = templates.registry(), pairs_for(split)
+    reg, pairs = catalogue.registry(), pairs_for(split)
     kept, dropped, index = [], [], 0
     while len(kept) < n:
         if index >= MAX_DRAWS * n + 16:

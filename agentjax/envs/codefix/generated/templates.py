@@ -77,17 +77,6 @@ class Template:
         return text
 
 
-def registry() -> dict[str, Template]:
-    from agentjax.envs.codefix.generated import tmpl_lists, tmpl_records, tmpl_text  # noqa: PLC0415
-
-    out: dict[str, Template] = {}
-    for t in (*tmpl_lists.TEMPLATES, *tmpl_text.TEMPLATES, *tmpl_records.TEMPLATES):
-        if t.name in out:
-            raise ValueError(f"duplicate template name {t.name!r}")
-        out[t.name] = t
-    return out
-
-
 def pairs(templates: Mapping[str, Template]) -> list[tuple[str, str, str]]:
     """Every (family, template, site key), sorted."""
     return sorted((s.family, t.name, k) for t in templates.values() for k, s in t.sites.items())
