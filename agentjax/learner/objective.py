@@ -137,6 +137,14 @@ class LossConfig:
                 "are invalid; must satisfy 0 <= icepop_low <= icepop_high"
             )
 
+    def check(self) -> None:
+        """What a training run requires of its ``loss`` section (``agentjax.run.config`` calls it)."""
+        if self.value_coef and self.advantage != Advantage.GAE:
+            raise ValueError(
+                f"loss.value_coef={self.value_coef} needs returns from a critic: set "
+                "loss.advantage to 'gae' or value_coef to 0"
+            )
+
     @property
     def objective(self):
         """The chosen loss's own config (``agentjax.objectives.registry``)."""
