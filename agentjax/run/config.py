@@ -409,15 +409,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         checks.check_value(k, v)
     parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
     model = _model(dict(d.get("model", {})))
-    run = RunConfig(
-        seed=int(d.get("seed", 0)),
-        model=model,
-        checkpoint_every=int(d.get("checkpoint_every", 50)),
-        log_every=int(d.get("log_every", 5)),
-        report=bool(d.get("report", True)),
-        targets=_targets(d.get("targets", {})),
-        **parts,
-    )
+    run = RunConfig(model=model, targets=_targets(d.get("targets", {})), **top, **parts)
     for check in CROSS_CHECKS:
         check(run, evaluation)
     return run
