@@ -175,15 +175,17 @@ def test_ppo_loss_rejects_out_of_range_clip():
     x = np.zeros((2, 3), np.float32)
     adv, mask = np.ones((2,), np.float32), np.ones((2, 3), np.float32)
     for fn, kw in (
-        (obj.ppo_loss, dict(clip_low=2.0)),
-        (obj.ppo_loss, dict(clip_high=-0.1)),
-        (obj.grpo_loss, dict(clip_low=-0.5)),
+        (obj.ppo_loss, dict(clip_low=2.0, clip_high=0.2, aggregation="token_mean")),
+        (obj.ppo_loss, dict(clip_low=0.2, clip_high=-0.1, aggregation="token_mean")),
+        (obj.grpo_loss, dict(clip_low=-0.5, clip_high=0.2, aggregation="token_mean")),
         (obj.gspo_loss, dict(clip_low=1.0, clip_high=0.2)),
-        (obj.cispo_loss, dict(clip_high=float("inf"))),
+        (obj.cispo_loss, dict(clip_low=None, clip_high=float("inf"), aggregation="token_mean")),
     ):
         with pytest.raises(ValueError, match=r"clip_(low|high)=.* is invalid"):
             fn(x, x, adv, mask, **kw)
-    loss, _ = obj.ppo_loss(x, x, adv, mask, clip_low=0.2, clip_high=0.28)  # in range: runs
+    loss, _ = obj.ppo_loss(
+        x, x, adv, mask, clip_low=0.2, clip_high=0.28, aggregation="token_mean"
+    )  # in range: runs
     assert float(loss) == pytest.approx(-1.0)
 
 
