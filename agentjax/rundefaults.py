@@ -4,7 +4,9 @@
 other config inherits); :func:`agentjax.runconfig.parse` lays any config over it
 field by field (:func:`merged`), so a config that sets part of a section keeps the default run's
 other values (``configs/codefix_tiny.py`` sets a few scheduler fields and keeps the real clock and
-the slot engine). A field named nowhere here takes its component's own default (the dataclass).
+the slot engine). Only values that differ from the components' own defaults are written here (a
+field named nowhere takes its dataclass's default; ``tests/test_runconfig.py`` keeps it so); every
+section is present, perhaps empty, so a config can set ``c.<section>.<field>``.
 
 The default run: a tiny model trained on the minirepo bug-fix task on a 2-core CPU. Warm start on
 an imperfect scripted demonstrator (~62% held-out), then GRPO-family RL with an IcePop consistency
@@ -33,123 +35,59 @@ def run_defaults() -> dict:
     """The default run's config (a fresh copy: sections are plain dicts)."""
     c = {}
     c["seed"] = 0
-    c["model"] = dict(
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        d_ff=256,
-        max_seq_len=96,
-        exact_tile=8,
-        value_head="none",
-    )
-    c["task"] = dict(
-        name="minirepo",
-        difficulty="default",
-        latency="long_tailed",
-        max_steps=6,
-        eval_tasks=256,
-        hack_tool=True,
-    )
+    c["model"] = dict(d_model=64, head_dim=16, d_ff=256, max_seq_len=96, exact_tile=8)
+    c["task"] = dict()  # minirepo, long-tailed tool latency, 256 held-out tasks (TaskConfig)
     c["caps"] = dict(max_tool_calls=6, max_action_tokens=6, max_obs_tokens=48)
-    c["warm_start"] = dict(episodes=2000, steps=600, batch_size=64, learning_rate=3e-3)
-    c["rl"] = dict(steps=100, group_size=8, batch_size=64, eval_every=20, temperature=1.0)
+    c["warm_start"] = dict(steps=600)
+    c["rl"] = dict(eval_every=20)  # 100 steps of 64 trajectories in groups of 8 (RLConfig)
     c["scheduler"] = dict(
         mode="windowed_fifo",
         # clock: "real" (sampling and learning overlap in wall-clock time, agentjax/sampling/
         # realtime.py; --replay=W re-executes run W; --resume samples in-flight tasks again) or
         # "virtual" (a pure function of the seed: same seed, same run; bitwise --resume)
         clock="real",
-        window=64,
         num_slots=128,
-        gen_seconds_per_token=0.02,
         learner_step_time=2.0,
         # engine_slots > 0: sample on the slot engine (EngineRollout: continuous batching,
         # environments stepped on a pool while it decodes); 0: lock-step Rollout. Same
         # trajectories in exact mode
+        # (chunks of 8 tokens, 8 thread workers; scheduler.env_latency_scale > 0 makes each tool
+        # call also wait its simulated latency; scheduler.round_budget > 0 pauses an episode
+        # after that many action tokens a round: partial rollout)
         engine_slots=64,
-        engine_chunk=8,
-        env_workers=8,
-        env_pool="thread",
-        # real time: > 0 makes each tool call also wait its simulated latency x this (minirepo's
-        # long tail as real waiting); 0: environment steps take what they take (~50 us here)
-        env_latency_scale=0.0,
-        # partial rollout (slot engine): pause an episode after round_budget action tokens a
-        # round, resume it under newer weights ("recompute" its context, or "keep" its KV cache)
-        round_budget=0,
-        resume="recompute",
         # dynamic sampling: "drop" keeps all-pass / all-fail groups (advantage 0) out of the
         # batch and samples more in their place, at most drop_budget x rl.batch_size per step
         # (every step trains 64 informative episodes: what lets learning_rate 1e-3 learn on
         # every seed without collapsing; docs/learning.md, issue #19); "keep": classic GRPO batch
         uniform_groups="drop",
-        drop_budget=4,
     )
+    # colocated: one mesh of every axis 1 (the sampler's axes 0: as the learner's)
     c["placement"] = dict(
-        kind="colocated",
-        learner_mesh=dict(data=1, fsdp=1, tensor=1),
-        sampler_mesh=dict(data=0, fsdp=0, tensor=0),
-        sync_every=1,
-        host_devices=0,  # CPU-only hosts: ask XLA for this many host devices (0: as is)
-        peer_timeout_s=300.0,  # --num_processes > 1: a process silent this long fails the run
+        learner_mesh=dict(data=1, fsdp=1, tensor=1), sampler_mesh=dict(data=0, fsdp=0, tensor=0)
     )
-    # context.policy: keep_all | drop_oldest_observations | truncate_observations. Other than
-    # keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.
-    c["context"] = dict(policy="keep_all", arg=0)
+    # context.policy: keep_all (the default) | drop_oldest_observations | truncate_observations.
+    # Other than keep_all, each turn is its own learner row: rl.batch_size x caps.max_tool_calls rows.
+    c["context"] = dict()
     # loss.name picks the loss; its own fields sit under loss.<name> (the rest take its paper's
     # defaults, agentjax/objectives/registry.py). IcePop here bands the *total* ratio
     # current/behaviour (a hard trust region against staleness): with exact kernels the mismatch
     # ratio is exactly 1, so filter_ratio="mismatch" would mask nothing (configs/bf16_sampler_icepop.py).
-    c["loss"] = dict(
-        name="grpo",
-        grpo=dict(clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_mean"),
-        filter="icepop",
-        filter_ratio="total",
-        icepop_low=0.5,
-        icepop_high=2.0,
-        tis_cap=0.0,
-        advantage="group_std",
-        gamma=1.0,
-        gae_lambda=0.95,
-        whiten=True,
-        value_coef=0.0,
-        kl_coef=0.0,
-        kl_kind="k3",
-        negative_scale=1.0,
-    )
-    # loss.advantage: group_std | dr_grpo | rloo | gae (gae needs model.value_head "shared"/"separate")
-    c["sampler"] = dict(
-        param_dtype="", compute_dtype="", head_dtype="", quantize_bits=0, exact_tile=-1, replay_routes=True
-    )  # "" / -1: as the learner
-    c["faults"] = dict(rates={}, retry_max_attempts=1, retry_max_same_cause=2)  # 1 attempt: no retries
-    c["rubric"] = dict(mode="evidence", weight=0.0)  # "reward": (1 - w) verdict + w rubric score
-    c["fingerprints"] = dict(mode="record")  # "group": drop a member whose env fingerprint differs
-    # admission: the staleness bounds (agentjax.sampling.staleness.StalenessConfig).
-    # queue_capacity=0: 4 x rl.batch_size, at least scheduler.num_slots.
-    c["admission"] = dict(
-        max_version_gap=2,
-        queue_capacity=0,
-        max_in_flight=1 << 30,
-        class_max_gap={},
-        downweight_from_gap=-1,
-        downweight_decay=0.5,
-        pressure_threshold=1.0,
-        pressure_tighten=0,
-    )
-    c["optim"] = dict(
-        learning_rate=1e-3,  # with uniform_groups="drop"; 5e-4 stalled seeds 1 and 4 (docs/learning.md)
-        warmup_steps=0,
-        weight_decay=0.0,
-        b1=0.9,
-        b2=0.99,
-        grad_clip=1.0,
-        grad_accum=1,
-        minibatches=1,
-    )
+    # GRPO (the default loss) with DAPO's clip-higher; group_std advantages (dr_grpo | rloo | gae;
+    # gae needs model.value_head "shared"/"separate").
+    c["loss"] = dict(grpo=dict(clip_high=0.28), filter="icepop", filter_ratio="total")
+    c["sampler"] = dict()  # as the learner (SamplerPrecision)
+    c["faults"] = dict()  # no injected faults; 1 attempt: no retries (FaultsSection)
+    c["curriculum"] = dict()
+    c["codefix"] = dict()
+    c["rubric"] = dict()  # "evidence"; "reward": (1 - w) verdict + w rubric score
+    c["fingerprints"] = dict()  # "record"; "group": drop a member whose env fingerprint differs
+    # admission: the staleness bounds (agentjax.sampling.staleness.StalenessConfig), a version gap
+    # of 2; queue_capacity=0: 4 x rl.batch_size, at least scheduler.num_slots.
+    c["admission"] = dict(max_version_gap=2, queue_capacity=0)
+    # learning rate 1e-3 (OptimConfig's) with uniform_groups="drop"; 5e-4 stalled seeds 1 and 4
+    # (docs/learning.md)
+    c["optim"] = dict()
     c["checkpoint_every"] = 20
-    c["log_every"] = 5
-    c["report"] = True
     return c
 
 

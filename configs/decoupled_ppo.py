@@ -13,6 +13,6 @@ def get_config():
     c.scheduler.update(mode="async")
     c.admission.max_version_gap = 4
     c.loss.update(name="decoupled_ppo", filter="none")
-    c.loss.decoupled_ppo = dict(clip_low=0.2, clip_high=0.2, behavior_cap=5.0, aggregation="token_mean")
+    c.loss.decoupled_ppo = dict(behavior_cap=5.0)  # AReaL's optional cap; the clip is the paper's
     c.optim.minibatches = 4
     return c

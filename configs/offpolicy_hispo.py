@@ -18,5 +18,5 @@ def get_config():
     c.admission.max_version_gap = 4
     c.sampler.update(compute_dtype="bfloat16", head_dtype="bfloat16")
     c.loss.update(name="hispo", filter="none", filter_ratio="mismatch")
-    c.loss.hispo = dict(mismatch_bounds=(0.5, 2.0), staleness_bounds=(0.2, 5.0), clip_low=0.2, clip_high=0.28)
+    # HisPO's own bounds and clip: the registry's values (agentjax/objectives/registry.py)
     return c

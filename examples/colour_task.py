@@ -137,7 +137,14 @@ def make_suite(run, **kwargs) -> ColourSuite:
 def clipped_pg_with_entropy(logp, behav_logp, advantages, mask, *, beta=0.0, clip=0.2, max_len=None):
     """PPO clip (``agentjax.objectives.ppo_loss``) minus ``beta * H``, ``H ~ -mean(logp)``."""
     loss, metrics = obj.ppo_loss(
-        logp, behav_logp, advantages, mask, clip_low=clip, clip_high=clip, max_len=max_len
+        logp,
+        behav_logp,
+        advantages,
+        mask,
+        clip_low=clip,
+        clip_high=clip,
+        max_len=max_len,
+        aggregation="token_mean",
     )
     entropy = -obj.masked_mean(logp, mask)
     return loss - beta * entropy, {**metrics, "entropy_estimate": entropy, "beta": jnp.asarray(beta)}

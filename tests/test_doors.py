@@ -43,7 +43,9 @@ def test_a_loss_by_import_path_is_the_builtin_through_the_same_door():
         got, _ = policy_objective(cfg, batch, logp)
         assert float(got) == pytest.approx(float(want), abs=1e-7)
     other, _ = policy_objective(
-        LossConfig(name="agentjax.objectives:ppo_loss", kwargs={"clip_high": 0.01}), batch, logp
+        LossConfig(name="agentjax.objectives:ppo_loss", kwargs={"clip_high": 0.01, "clip_low": 0.2}),
+        batch,
+        logp,
     )
     assert float(other) != pytest.approx(float(want))  # the kwargs reach the function
     hash(by_function)  # a jit static argument

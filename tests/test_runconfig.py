@@ -1,5 +1,7 @@
 """Invalid configs fail before any work, naming the field and the allowed values."""
 
+import dataclasses
+
 import pytest
 
 from agentjax.policy.config import ConfigError
@@ -153,8 +155,12 @@ def test_only_the_default_run_declares_learning_targets():
 
 
 def test_optimizer_fields_are_settable_from_the_command_line():
-    """weight_decay, b1 and b2 are keys of the default config, so --config.optim.b1=... works."""
-    c = default.get_config()
+    """weight_decay, b1 and b2 are keys of the config the --config flag loads (the default run
+    leaves them at OptimConfig's values; launch.configflag fills every field), so
+    --config.optim.b1=... works."""
+    from launch import configflag
+
+    c = configflag.complete(default.get_config())
     c.lock()  # as config_flags locks it: only existing keys can be overridden from the CLI
     c.optim.weight_decay, c.optim.b1, c.optim.b2 = 0.01, 0.8, 0.95
     o = parse(c).optim
@@ -169,15 +175,17 @@ def test_ppo_loss_rejects_out_of_range_clip():
     x = np.zeros((2, 3), np.float32)
     adv, mask = np.ones((2,), np.float32), np.ones((2, 3), np.float32)
     for fn, kw in (
-        (obj.ppo_loss, dict(clip_low=2.0)),
-        (obj.ppo_loss, dict(clip_high=-0.1)),
-        (obj.grpo_loss, dict(clip_low=-0.5)),
+        (obj.ppo_loss, dict(clip_low=2.0, clip_high=0.2, aggregation="token_mean")),
+        (obj.ppo_loss, dict(clip_low=0.2, clip_high=-0.1, aggregation="token_mean")),
+        (obj.grpo_loss, dict(clip_low=-0.5, clip_high=0.2, aggregation="token_mean")),
         (obj.gspo_loss, dict(clip_low=1.0, clip_high=0.2)),
-        (obj.cispo_loss, dict(clip_high=float("inf"))),
+        (obj.cispo_loss, dict(clip_low=None, clip_high=float("inf"), aggregation="token_mean")),
     ):
         with pytest.raises(ValueError, match=r"clip_(low|high)=.* is invalid"):
             fn(x, x, adv, mask, **kw)
-    loss, _ = obj.ppo_loss(x, x, adv, mask, clip_low=0.2, clip_high=0.28)  # in range: runs
+    loss, _ = obj.ppo_loss(
+        x, x, adv, mask, clip_low=0.2, clip_high=0.28, aggregation="token_mean"
+    )  # in range: runs
     assert float(loss) == pytest.approx(-1.0)
 
 
@@ -284,3 +292,40 @@ def test_env_latency_as_real_waiting_needs_the_real_clock():
         parse(c)
     c.scheduler.env_latency_scale = 0.5
     assert parse(c).scheduler.env_latency_scale == 0.5
+
+
+def _default_of(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def test_the_default_run_writes_only_what_differs_from_the_components_defaults():
+    """Defaults are written once: no value of ``rundefaults.run_defaults()`` (nor of a loss's own
+    section in it) equals its dataclass's default or its loss's paper value (the registry's)."""
+    from agentjax import rundefaults
+    from agentjax.objectives import registry
+    from agentjax.policy.config import ModelConfig
+    from agentjax.run.config import _SECTIONS, RunConfig
+
+    sections = {**_SECTIONS, "model": ModelConfig}
+    top = {f.name: f for f in dataclasses.fields(RunConfig)}
+    restated = []
+    for key, value in rundefaults.run_defaults().items():
+        if key not in sections:
+            if _default_of(top[key]) == value:
+                restated.append(key)
+            continue
+        fields = {f.name: f for f in dataclasses.fields(sections[key])}
+        for name, v in value.items():
+            if name in registry.LOSSES and key == "loss":
+                paper = {f.name: f.default for f in dataclasses.fields(registry.LOSSES[name])}
+                restated += [f"loss.{name}.{k}" for k, x in v.items() if paper[k] == x]
+            elif _default_of(fields[name]) == v:
+                restated.append(f"{key}.{name}")
+    assert not restated, f"restate their components' defaults: {restated}"
+    assert set(rundefaults.run_defaults()) >= set(_SECTIONS), (
+        "every section present (c.<section>.<field> = ...)"
+    )

@@ -60,18 +60,11 @@ _TIS_LOSSES = ("ppo", "grpo", "cispo")  # losses linear in a per-token advantage
 
 
 @dataclasses.dataclass(frozen=True)
-class LossConfig:
+class _SharedLossFields:
+    """The fields every loss shares; :class:`LossConfig` adds one section per registered loss."""
+
     name: str = "grpo"  # a built-in (LOSSES) or an import path 'package.module:function'
     kwargs: dict = dataclasses.field(default_factory=dict)  # over the loss's own fields / its kwargs
-    # the chosen loss's own fields, in the section named after it (loss.grpo.clip_high=0.28);
-    # absent fields take the loss's paper defaults (agentjax.objectives.registry)
-    ppo: dict = dataclasses.field(default_factory=dict)
-    grpo: dict = dataclasses.field(default_factory=dict)
-    gspo: dict = dataclasses.field(default_factory=dict)
-    cispo: dict = dataclasses.field(default_factory=dict)
-    mis_po: dict = dataclasses.field(default_factory=dict)
-    hispo: dict = dataclasses.field(default_factory=dict)
-    decoupled_ppo: dict = dataclasses.field(default_factory=dict)
     # consistency filter (IcePop: Ling team 2025, band [0.5, 2]; KPop: binary-KL threshold 0.05)
     filter: Filter = Filter.NONE
     filter_ratio: FilterRatio = FilterRatio.MISMATCH
@@ -95,11 +88,7 @@ class LossConfig:
                 "or an import path 'package.module:function'"
             )
         for name in (*LOSSES, "kwargs"):  # hashable, read-only sections (each loss reads only its own)
-            sec = getattr(self, name)
-            sec = dict(sec) if not isinstance(sec, tuple) else dict(sec)
-            object.__setattr__(
-                self, name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in sec.items()))
-            )
+            object.__setattr__(self, name, _frozen(dict(getattr(self, name))))
         for field, cls in (
             ("filter", Filter),
             ("filter_ratio", FilterRatio),
@@ -108,9 +97,10 @@ class LossConfig:
         ):
             object.__setattr__(self, field, cls.parse(f"loss.{field}", getattr(self, field)))
         self.objective  # noqa: B018 - builds the loss's own config: a foreign field is an error
-        for name in LOSSES:  # the other losses' sections too: a bad value is named, not kept
-            if name != self.name and getattr(self, name):
-                self._section_config(name)
+        for name in LOSSES:  # the chosen loss's section and every written one: complete and checked
+            if name == self.name or getattr(self, name):
+                own = dataclasses.asdict(self._section_config(name))  # the given values over the paper's
+                object.__setattr__(self, name, _frozen(own))
         if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0):
             raise ValueError(
                 f"loss.gamma={self.gamma}, loss.gae_lambda={self.gae_lambda}: each must be in [0, 1]"
@@ -135,6 +125,14 @@ class LossConfig:
             raise ValueError(
                 f"loss.icepop_low={self.icepop_low}, loss.icepop_high={self.icepop_high} "
                 "are invalid; must satisfy 0 <= icepop_low <= icepop_high"
+            )
+
+    def check(self) -> None:
+        """What a training run requires of its ``loss`` section (``agentjax.run.config`` calls it)."""
+        if self.value_coef and self.advantage != Advantage.GAE:
+            raise ValueError(
+                f"loss.value_coef={self.value_coef} needs returns from a critic: set "
+                "loss.advantage to 'gae' or value_coef to 0"
             )
 
     @property
@@ -166,6 +164,24 @@ class LossConfig:
         if (self.filter != "none" and self.filter_ratio == "mismatch") or self.tis_cap:
             need.add("train_v")
         return frozenset(need)
+
+
+def _frozen(section: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in section.items()))
+
+
+# One section per registered loss (loss.<name>.<field>): a new loss is its file and its registry
+# line, no field here. Absent fields take the loss's paper values, held once in the registry.
+LossConfig = dataclasses.make_dataclass(
+    "LossConfig",
+    [(name, dict, dataclasses.field(default_factory=dict)) for name in registry.LOSSES],
+    bases=(_SharedLossFields,),
+    frozen=True,
+)
+LossConfig.__module__ = __name__
+LossConfig.__doc__ = """The run config's ``loss`` section: the shared fields and, per registered
+loss, its own section ``loss.<name>`` (a written or chosen one holds the loss's complete fields,
+the given values over its paper's)."""
 
 
 def _filter(cfg: LossConfig, train_logp, infer_logp, mask):

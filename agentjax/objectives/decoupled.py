@@ -51,9 +51,9 @@ def decoupled_ppo_loss(
     advantages: Any,
     mask: Any,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    behavior_cap: float | None = None,
+    clip_low: float,
+    clip_high: float,
+    behavior_cap: float | None,
     aggregation: str = "token_mean",
     max_len: int | None = None,
 ) -> tuple[Array, dict[str, Array]]:

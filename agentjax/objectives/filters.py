@@ -4,7 +4,7 @@ A filter returns a keep-mask (1 = train on the token, 0 = drop it); multiply it 
 Report what it removed with :func:`agentjax.objectives.masked_fractions`::
 
     keep = kpop_mask(train_logp, infer_logp, threshold=0.01)
-    loss, metrics = cispo_loss(logp, old_logp, adv, mask * keep, clip_high=0.28)
+    loss, metrics = cispo_loss(logp, old_logp, adv, mask * keep, clip_low=None, clip_high=0.28)
     metrics.update(masked_fractions(mask, kpop=keep))
 
 Filters take no gradient: they compare numbers, they never sit on a differentiated path.

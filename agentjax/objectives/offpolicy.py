@@ -137,8 +137,8 @@ def hispo_loss(
     mismatch_seq_bounds: tuple[float, float] | None,
     staleness_token_bounds: tuple[float, float] | None,
     staleness_seq_bounds: tuple[float, float] | None,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float,
+    clip_high: float,
     aggregation: str = "token_mean",
     max_len: int | None = None,
 ) -> tuple[Array, dict[str, Array]]:

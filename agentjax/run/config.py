@@ -1,6 +1,11 @@
 """The run configuration: an ``ml_collections.ConfigDict`` checked into small frozen dataclasses.
 
-(One module, over 300 lines: the cross-section checks sit next to the sections they relate.)
+Each check lives with what it concerns. A check of one section is that section's type's own:
+its ``__post_init__`` (what the type itself requires, wherever it is built) or its ``check()``
+method (what a training run requires of the section; the parser calls it on every section that
+has one, after the type and range checks of :mod:`agentjax.run.checks`). Only the checks that
+relate two sections (or a section and a top-level field) are here, each a small named function
+of :data:`CROSS_CHECKS`, run in order on the assembled :class:`RunConfig`.
 
 Every section is validated before any work starts; an invalid value fails with the field's full
 name and the allowed values (``task.name='swe' is invalid; allowed values: [...]``). Each section
@@ -38,6 +43,16 @@ from agentjax.sharding.placement import PlacementKind
 from agentjax.tasks.model import HFModel
 
 
+def _choice(field: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
+
+
+def _positive(field: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field}={value!r} is invalid; must be an integer >= 1")
+
+
 class TaskName(Choice):  # the built-ins; task.name may also be an import path 'package.module:factory'
     MINIREPO = "minirepo"
     CODEFIX = "codefix"  # trains with model.hf_path (a BPE tokenizer); evaluates scripted agents
@@ -69,6 +84,14 @@ class TaskConfig:
             coerce(self, name=TaskName)
         coerce(self, latency=Latency)
 
+    def check(self) -> None:
+        from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
+
+        if importpath.is_path(self.name):
+            task_registry.resolve(self.name)  # the module imports and the factory is there: before any work
+        _choice("task.difficulty", self.difficulty, sorted(minirepo.PRESETS))
+        _positive("task.eval_tasks", self.eval_tasks)
+
 
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
@@ -86,6 +109,16 @@ class RLConfig:
     eval_every: int = 25
     temperature: float = 1.0
 
+    def check(self) -> None:
+        for f in ("steps", "group_size", "batch_size", "eval_every"):
+            _positive(f"rl.{f}", getattr(self, f))
+        if self.batch_size % self.group_size:
+            raise ConfigError(
+                f"rl.batch_size={self.batch_size} must be a multiple of rl.group_size={self.group_size}"
+            )
+        if self.temperature <= 0:
+            raise ConfigError(f"rl.temperature={self.temperature} is invalid; must be > 0")
+
 
 @dataclasses.dataclass(frozen=True)
 class PlacementSection:
@@ -100,6 +133,16 @@ class PlacementSection:
         coerce(self, kind=PlacementKind)
         checks.check_mesh("placement.learner_mesh", self.learner_mesh, MESH_AXES, lowest=1)
         checks.check_mesh("placement.sampler_mesh", self.sampler_mesh, MESH_AXES, lowest=0)
+        if not (isinstance(self.host_devices, int) and self.host_devices >= 0):
+            raise ConfigError(
+                f"placement.host_devices={self.host_devices!r} is invalid; "
+                "must be an integer >= 0 (0: leave XLA's host device count as it is)"
+            )
+        if not self.peer_timeout_s > 0:
+            raise ConfigError(
+                f"placement.peer_timeout_s={self.peer_timeout_s!r} is invalid; must be > 0 "
+                "(seconds a multi-process run waits for a silent process before it fails)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +163,18 @@ class CodefixSection:
     inject: str = ""  # an infra fault class injected into every final verification; "" = none
     audit: bool = True  # judge every final tree again with the independent audit (H)
     max_obs_chars: int = 8000  # a longer tool output keeps its head and tail (recorded cut)
+
+    def check(self) -> None:
+        from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
+        from agentjax.envs.codefix.agents import AGENTS  # noqa: PLC0415
+
+        for name in self.tasks:
+            _choice("codefix.tasks", name, codefix.list_tasks())
+        if not self.agents:
+            raise ConfigError(f"codefix.agents=() is invalid; name at least one of {sorted(AGENTS)}")
+        for name in self.agents:
+            _choice("codefix.agents", name, sorted(AGENTS))
+        _choice("codefix.inject", self.inject, ["", *faults.FAULT_CLASSES])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,30 +255,15 @@ def _build(section: str, cls, values: dict, fixed: dict | None = None):
             msg = named if named != msg else f"{section}: {msg}"
         raise ConfigError(msg) from None
     checks.check_ranges(section, obj)
+    if hasattr(obj, "check"):  # what a training run requires of the section (its type's own check)
+        try:
+            obj.check()
+        except ValueError as e:
+            msg = str(e)
+            raise ConfigError(
+                msg if msg.startswith((section + ".", section + ":")) else f"{section}: {msg}"
+            ) from None
     return obj
-
-
-def _choice(field: str, value: Any, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
-
-
-def _positive(field: str, value: int) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{field}={value!r} is invalid; must be an integer >= 1")
-
-
-def _check_codefix(c: CodefixSection) -> None:
-    from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
-    from agentjax.envs.codefix.agents import AGENTS  # noqa: PLC0415
-
-    for name in c.tasks:
-        _choice("codefix.tasks", name, codefix.list_tasks())
-    if not c.agents:
-        raise ConfigError(f"codefix.agents=() is invalid; name at least one of {sorted(AGENTS)}")
-    for name in c.agents:
-        _choice("codefix.agents", name, sorted(AGENTS))
-    _choice("codefix.inject", c.inject, ["", *faults.FAULT_CLASSES])
 
 
 def _targets(value) -> dict:
@@ -256,6 +296,102 @@ def _model(model: dict) -> ModelConfig | HFModel:
     return _build("model", ModelConfig, model, fixed={"vocab_size": 0})
 
 
+# -- checks that relate two sections (each section's own checks are its type's) -------------------
+
+
+def codefix_trains_with_a_tokenizer(run: RunConfig, evaluation: bool) -> None:
+    if run.task.name == TaskName.CODEFIX and not evaluation and not isinstance(run.model, HFModel):
+        raise ConfigError(
+            "task.name='codefix' needs a real tokenizer for training: set model.hf_path "
+            "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)"
+        )
+
+
+def partial_rollout_is_not_checkpointed(run: RunConfig, evaluation: bool) -> None:
+    s, every = run.scheduler, run.checkpoint_every
+    if s.round_budget and s.clock == Clock.VIRTUAL and every:
+        raise ConfigError(
+            f"scheduler.round_budget={s.round_budget} with scheduler.clock='virtual' needs "
+            f"checkpoint_every=0 (is {every}): a paused episode (its environment "
+            "and KV cache) is not written into the scheduler snapshot"
+        )
+
+
+def value_loss_has_a_critic(run: RunConfig, evaluation: bool) -> None:
+    if (
+        run.loss.advantage == Advantage.GAE
+        and getattr(run.model, "value_head", ValueHead.NONE) == ValueHead.NONE
+    ):
+        raise ConfigError(
+            "loss.advantage='gae' needs a critic: set model.value_head to one of "
+            "['shared', 'separate'] (it is 'none')"
+        )
+
+
+def group_advantages_need_groups(run: RunConfig, evaluation: bool) -> None:
+    if run.rl.group_size < 2 and run.loss.advantage != Advantage.GAE:
+        raise ConfigError(
+            f"rl.group_size={run.rl.group_size} is invalid with group advantages: a "
+            "group of one has advantage 0 (no gradient); must be >= 2, or use "
+            "loss.advantage='gae'"
+        )
+
+
+def dropping_uniform_groups_needs_groups(run: RunConfig, evaluation: bool) -> None:
+    if run.scheduler.uniform_groups == "drop" and run.rl.group_size < 2:
+        raise ConfigError(
+            f"scheduler.uniform_groups='drop' needs groups to judge: rl.group_size={run.rl.group_size} "
+            "must be >= 2 (or uniform_groups='keep')"
+        )
+
+
+def queue_holds_a_batch(run: RunConfig, evaluation: bool) -> None:
+    cap, batch = run.admission.queue_capacity, run.rl.batch_size
+    if cap and cap < batch:
+        raise ConfigError(
+            f"admission.queue_capacity={cap} must be >= "
+            f"rl.batch_size={batch} (else the learner starves), or 0 (derived)"
+        )
+
+
+def minibatches_divide_the_batch(run: RunConfig, evaluation: bool) -> None:
+    if run.rl.batch_size % run.optim.minibatches:
+        raise ConfigError(
+            f"optim.minibatches={run.optim.minibatches} must divide rl.batch_size={run.rl.batch_size}"
+        )
+
+
+def one_owner_of_fault_rates(run: RunConfig, evaluation: bool) -> None:
+    if run.curriculum.enabled and run.faults.rates:
+        raise ConfigError(
+            "faults.rates and curriculum.enabled=True both set the fault rates; "
+            "use curriculum.start/cap (faults keeps the retry policy)"
+        )
+
+
+def fault_classes_fit_the_task(run: RunConfig, evaluation: bool) -> None:
+    own = sorted(k for k in {**run.faults.rates, **run.curriculum.cap} if k != "env_crash")
+    if own and run.task.name != TaskName.MINIREPO:
+        raise ConfigError(
+            f"fault classes {own} are injected by minirepo's environment only; with "
+            f"task.name={run.task.name!r} use faults.rates.env_crash (the loop's injector)"
+        )
+
+
+# Run in this order on the assembled RunConfig: the first failure is the error reported.
+CROSS_CHECKS = (
+    codefix_trains_with_a_tokenizer,
+    partial_rollout_is_not_checkpointed,
+    value_loss_has_a_critic,
+    group_advantages_need_groups,
+    dropping_uniform_groups_needs_groups,
+    queue_holds_a_batch,
+    minibatches_divide_the_batch,
+    one_owner_of_fault_rates,
+    fault_classes_fit_the_task,
+)
+
+
 def parse(cfg, *, evaluation: bool = False) -> RunConfig:
     """Checks a ConfigDict (or plain dict) and returns the typed :class:`RunConfig`.
 
@@ -276,123 +412,7 @@ def parse(cfg, *, evaluation: bool = False) -> RunConfig:
         checks.check_value(k, v)
     parts = {name: _build(name, cls, dict(d.get(name, {}))) for name, cls in _SECTIONS.items()}
     model = _model(dict(d.get("model", {})))
-    t, s, rl = parts["task"], parts["scheduler"], parts["rl"]
-    from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
-
-    if t.name == TaskName.CODEFIX and not evaluation and not isinstance(model, HFModel):
-        raise ConfigError(
-            "task.name='codefix' needs a real tokenizer for training: set model.hf_path "
-            "to a HF directory (configs/codefix_tiny.py; python -m launch.make_tiny_hf)"
-        )
-    if importpath.is_path(t.name):
-        task_registry.resolve(t.name)  # the module imports and the factory is there: before any work
-    _check_codefix(parts["codefix"])
-    _choice("task.difficulty", t.difficulty, sorted(minirepo.PRESETS))
-    if not (isinstance(parts["placement"].host_devices, int) and parts["placement"].host_devices >= 0):
-        raise ConfigError(
-            f"placement.host_devices={parts['placement'].host_devices!r} is invalid; "
-            "must be an integer >= 0 (0: leave XLA's host device count as it is)"
-        )
-    if not parts["placement"].peer_timeout_s > 0:
-        raise ConfigError(
-            f"placement.peer_timeout_s={parts['placement'].peer_timeout_s!r} is invalid; must be > 0 "
-            "(seconds a multi-process run waits for a silent process before it fails)"
-        )
-    for f in ("steps", "group_size", "batch_size", "eval_every"):
-        _positive(f"rl.{f}", getattr(rl, f))
-    _positive("task.eval_tasks", t.eval_tasks)
-    if s.caps != SchedulerConfig().caps:
-        raise ConfigError(
-            f"scheduler.caps={s.caps}: the training loop takes its per-task caps from the caps "
-            "section; leave scheduler.caps unset (None)"
-        )
-    if s.round_budget and not s.engine_slots:
-        raise ConfigError(
-            f"scheduler.round_budget={s.round_budget} (partial rollout) needs the slot engine: set "
-            "scheduler.engine_slots > 0, or round_budget to 0 (whole episodes)"
-        )
-    if s.env_latency_scale and s.clock != Clock.REAL:
-        raise ConfigError(
-            f"scheduler.env_latency_scale={s.env_latency_scale} makes environment steps wait in "
-            "real time: it needs scheduler.clock='real' (the virtual clock already charges the "
-            "simulated latency)"
-        )
-    every = int(d.get("checkpoint_every", 50))
-    if s.round_budget and s.clock == Clock.VIRTUAL and every:
-        raise ConfigError(
-            f"scheduler.round_budget={s.round_budget} with scheduler.clock='virtual' needs "
-            f"checkpoint_every=0 (is {every}): a paused episode (its environment "
-            "and KV cache) is not written into the scheduler snapshot"
-        )
-    for f in ("max_drift", "objective_drift"):
-        if getattr(parts["admission"], f) is not None:
-            raise ConfigError(
-                f"admission.{f}={getattr(parts['admission'], f)!r}: the training loop makes no "
-                "per-trajectory drift measurement for it to act on; leave it unset (None)"
-            )
-    if rl.batch_size % rl.group_size:
-        raise ConfigError(
-            f"rl.batch_size={rl.batch_size} must be a multiple of rl.group_size={rl.group_size}"
-        )
-    if parts["loss"].value_coef and parts["loss"].advantage != Advantage.GAE:
-        raise ConfigError(
-            f"loss.value_coef={parts['loss'].value_coef} needs returns from a critic: set "
-            "loss.advantage to 'gae' or value_coef to 0"
-        )
-    if (
-        parts["loss"].advantage == Advantage.GAE
-        and getattr(model, "value_head", ValueHead.NONE) == ValueHead.NONE
-    ):
-        raise ConfigError(
-            "loss.advantage='gae' needs a critic: set model.value_head to one of "
-            "['shared', 'separate'] (it is 'none')"
-        )
-    if rl.group_size < 2 and parts["loss"].advantage != "gae":
-        raise ConfigError(
-            f"rl.group_size={rl.group_size} is invalid with group advantages: a "
-            "group of one has advantage 0 (no gradient); must be >= 2, or use "
-            "loss.advantage='gae'"
-        )
-    if s.uniform_groups == "drop" and rl.group_size < 2:
-        raise ConfigError(
-            f"scheduler.uniform_groups='drop' needs groups to judge: rl.group_size={rl.group_size} "
-            "must be >= 2 (or uniform_groups='keep')"
-        )
-    if parts["admission"].queue_capacity and parts["admission"].queue_capacity < rl.batch_size:
-        raise ConfigError(
-            f"admission.queue_capacity={parts['admission'].queue_capacity} must be >= "
-            f"rl.batch_size={rl.batch_size} (else the learner starves), or 0 (derived)"
-        )
-    if rl.batch_size % parts["optim"].minibatches:
-        raise ConfigError(
-            f"optim.minibatches={parts['optim'].minibatches} must divide rl.batch_size={rl.batch_size}"
-        )
-    if parts["curriculum"].enabled:
-        from agentjax.run.loopparts import make_curriculum  # noqa: PLC0415 - checks start/cap pairs
-
-        try:
-            make_curriculum(parts["curriculum"])
-        except ValueError as e:
-            raise ConfigError(f"curriculum: {e}") from None
-        if parts["faults"].rates:
-            raise ConfigError(
-                "faults.rates and curriculum.enabled=True both set the fault rates; "
-                "use curriculum.start/cap (faults keeps the retry policy)"
-            )
-    own = sorted(k for k in {**parts["faults"].rates, **parts["curriculum"].cap} if k != "env_crash")
-    if own and t.name != TaskName.MINIREPO:
-        raise ConfigError(
-            f"fault classes {own} are injected by minirepo's environment only; with "
-            f"task.name={t.name!r} use faults.rates.env_crash (the loop's injector)"
-        )
-    if rl.temperature <= 0:
-        raise ConfigError(f"rl.temperature={rl.temperature} is invalid; must be > 0")
-    return RunConfig(
-        seed=int(d.get("seed", 0)),
-        model=model,
-        checkpoint_every=int(d.get("checkpoint_every", 50)),
-        log_every=int(d.get("log_every", 5)),
-        report=bool(d.get("report", True)),
-        targets=_targets(d.get("targets", {})),
-        **parts,
-    )
+    run = RunConfig(model=model, targets=_targets(d.get("targets", {})), **top, **parts)
+    for check in CROSS_CHECKS:
+        check(run, evaluation)
+    return run

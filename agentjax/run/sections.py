@@ -85,6 +85,16 @@ class CurriculumSection:
         if self.ramp_steps < 1:
             raise ValueError(f"curriculum.ramp_steps={self.ramp_steps} is invalid; must be >= 1")
 
+    def check(self) -> None:
+        """An enabled curriculum builds (its start/cap pairs are checked by the curriculum itself)."""
+        if self.enabled:
+            from agentjax.run.loopparts import make_curriculum  # noqa: PLC0415 - host-only, when enabled
+
+            try:
+                make_curriculum(self)
+            except ValueError as e:
+                raise ValueError(f"curriculum: {e}") from None
+
 
 class RubricMode(Choice):
     EVIDENCE = "evidence"  # the rubric score is recorded beside the verdict

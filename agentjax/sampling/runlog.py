@@ -77,6 +77,26 @@ class SchedulerConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; must be >= 0 (0: off)")
 
+    def check(self) -> None:
+        """What a training run requires of its ``scheduler`` section (``agentjax.run.config``
+        calls it; the scheduler itself also serves other uses, e.g. per-task caps here)."""
+        if self.caps is not None:
+            raise ValueError(
+                f"scheduler.caps={self.caps}: the training loop takes its per-task caps from the caps "
+                "section; leave scheduler.caps unset (None)"
+            )
+        if self.round_budget and not self.engine_slots:
+            raise ValueError(
+                f"scheduler.round_budget={self.round_budget} (partial rollout) needs the slot engine: set "
+                "scheduler.engine_slots > 0, or round_budget to 0 (whole episodes)"
+            )
+        if self.env_latency_scale and self.clock != Clock.REAL:
+            raise ValueError(
+                f"scheduler.env_latency_scale={self.env_latency_scale} makes environment steps wait in "
+                "real time: it needs scheduler.clock='real' (the virtual clock already charges the "
+                "simulated latency)"
+            )
+
 
 @dataclasses.dataclass(frozen=True)
 class Record:

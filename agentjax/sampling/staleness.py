@@ -105,6 +105,16 @@ class StalenessConfig:
         if self.pressure_tighten < 0:
             raise ValueError(f"pressure_tighten={self.pressure_tighten} is invalid; must be >= 0")
 
+    def check(self) -> None:
+        """What a training run requires of its ``admission`` section (``agentjax.run.config``
+        calls it): the drift bounds act only on a measurement the training loop does not make."""
+        for f in ("max_drift", "objective_drift"):
+            if getattr(self, f) is not None:
+                raise ValueError(
+                    f"admission.{f}={getattr(self, f)!r}: the training loop makes no "
+                    "per-trajectory drift measurement for it to act on; leave it unset (None)"
+                )
+
     def resolved(self, batch_size: int, num_slots: int) -> StalenessConfig:
         """With ``queue_capacity=0`` replaced by its derived value (what the scheduler runs on)."""
         if self.queue_capacity:

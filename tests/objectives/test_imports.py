@@ -71,12 +71,13 @@ def test_public_functions_keep_their_contract_signatures():
     assert _params(o.discounts_from)[0] == ["stop_reasons", "gamma"]
     pos, kw = _params(o.ppo_loss)
     assert pos == ["logp", "old_logp", "advantages", "mask"]
-    assert (kw["clip_low"], kw["clip_high"], kw["aggregation"]) == (0.2, 0.2, "token_mean")
+    # the clip epsilons have no default: the loss registry holds the papers' values (issue #28)
+    assert (kw["clip_low"], kw["clip_high"], kw["aggregation"]) == (EMPTY, EMPTY, "token_mean")
     pos, kw = _params(o.gspo_loss)
     assert pos == ["logp", "old_logp", "advantages", "mask"]
     assert set(kw) == {"clip_low", "clip_high"}
     pos, kw = _params(o.cispo_loss)
-    assert kw["clip_low"] is None and kw["aggregation"] == "token_mean" and "clip_high" in kw
+    assert kw["clip_low"] is EMPTY and kw["aggregation"] == "token_mean" and "clip_high" in kw
     assert _params(o.importance_weights) == (
         ["logp_target", "logp_behavior", "mask"],
         {"level": EMPTY},

@@ -45,7 +45,9 @@ def grad_logp(loss_fn, logp=LOGP, *args, **kwargs):
     ],
 )
 def test_ppo_loss_and_clip_fractions_match_hand_computed_values(aggregation, max_len, expected):
-    loss, m = ppo_loss(LOGP, OLD, ADV, MASK, aggregation=aggregation, max_len=max_len)
+    loss, m = ppo_loss(
+        LOGP, OLD, ADV, MASK, aggregation=aggregation, max_len=max_len, clip_low=0.2, clip_high=0.2
+    )
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     np.testing.assert_allclose(m["clip_fraction"], 2 / 5, rtol=1e-6)
     np.testing.assert_allclose(m["clip_fraction/high"], 1 / 5, rtol=1e-6)
@@ -59,21 +61,25 @@ def test_ppo_loss_and_clip_fractions_match_hand_computed_values(aggregation, max
 
 def test_ppo_gradient_clipped_branches():
     """A > 0, r > 1 + eps: zero gradient. A < 0, r > 1 + eps: non-zero (the min picks r A)."""
-    g = grad_logp(ppo_loss, LOGP, OLD, ADV, MASK)
+    g = grad_logp(ppo_loss, LOGP, OLD, ADV, MASK, clip_low=0.2, clip_high=0.2)
     # d(-obj/5)/d logp = -A r / 5 on the unclipped branch.
     want = np.array([[0.0, -0.9 / 5, -1.1 / 5], [0.0, 2.0 * 1.3 / 5, 0.0]])
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
     assert g[0, 0] == 0.0  # A > 0 and r = 1.5 > 1.2: clipped, no gradient
     assert g[1, 0] == 0.0  # A < 0 and r = 0.7 < 0.8: clipped, no gradient
     assert g[1, 1] != 0.0  # A < 0 and r = 1.3 > 1.2: gradient flows
-    g_old = jax.jit(jax.grad(lambda o: ppo_loss(LOGP, o, ADV, MASK)[0]))(jnp.asarray(OLD))
+    g_old = jax.jit(
+        jax.grad(
+            lambda o: ppo_loss(LOGP, o, ADV, MASK, clip_low=0.2, clip_high=0.2, aggregation="token_mean")[0]
+        )
+    )(jnp.asarray(OLD))
     np.testing.assert_allclose(g_old, 0.0)  # sg(old_logp)
 
 
 def test_ppo_asymmetric_clip_and_token_advantages():
     adv_bt = np.broadcast_to(ADV[:, None], (2, 3))
-    a = ppo_loss(LOGP, OLD, ADV, MASK, clip_low=0.2, clip_high=0.28)
-    b = ppo_loss(LOGP, OLD, adv_bt, MASK, clip_low=0.2, clip_high=0.28)
+    a = ppo_loss(LOGP, OLD, ADV, MASK, clip_low=0.2, clip_high=0.28, aggregation="token_mean")
+    b = ppo_loss(LOGP, OLD, adv_bt, MASK, clip_low=0.2, clip_high=0.28, aggregation="token_mean")
     np.testing.assert_allclose(a[0], b[0])
     # clip-higher: 1.5 is now clipped at 1.28
     np.testing.assert_allclose(a[0], -(1.28 + 0.9 + 1.1 - 1.6 - 2.6) / 5, rtol=1e-5)
@@ -83,20 +89,46 @@ def test_ppo_asymmetric_clip_and_token_advantages():
 
 
 def test_grpo_is_ppo_without_reference_and_adds_kl():
-    loss, m = grpo_loss(LOGP, OLD, ADV, MASK)
+    loss, m = grpo_loss(LOGP, OLD, ADV, MASK, clip_low=0.2, clip_high=0.2, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(loss, -(3.2 / 3 - 4.2 / 2) / 2, rtol=1e-5)  # seq_mean_token_mean
     np.testing.assert_allclose(m["pg_loss"], loss)
     ln2 = np.log(2.0)
     ref = LOGP - np.array([[ln2, 0, 0], [-ln2, 0, 0]], np.float32)
-    loss, m = grpo_loss(LOGP, OLD, ADV, MASK, ref_logp=ref, kl_coef=0.1)
+    loss, m = grpo_loss(
+        LOGP,
+        OLD,
+        ADV,
+        MASK,
+        ref_logp=ref,
+        kl_coef=0.1,
+        clip_low=0.2,
+        clip_high=0.2,
+        aggregation="seq_mean_token_mean",
+    )
     k3_pos, k3_neg = 0.5 - 1 + ln2, 2 - 1 - ln2  # exp(-lr) - 1 + lr at lr = +-ln 2
     kl = (k3_pos / 3 + k3_neg / 2) / 2
     np.testing.assert_allclose(m["kl"], kl, rtol=1e-5)
     np.testing.assert_allclose(loss, -(3.2 / 3 - 4.2 / 2) / 2 + 0.1 * kl, rtol=1e-5)
-    g_ref = jax.jit(jax.grad(lambda r: grpo_loss(LOGP, OLD, ADV, MASK, ref_logp=r, kl_coef=0.1)[0]))(ref)
+    g_ref = jax.jit(
+        jax.grad(
+            lambda r: grpo_loss(
+                LOGP,
+                OLD,
+                ADV,
+                MASK,
+                ref_logp=r,
+                kl_coef=0.1,
+                clip_low=0.2,
+                clip_high=0.2,
+                aggregation="seq_mean_token_mean",
+            )[0]
+        )
+    )(ref)
     np.testing.assert_allclose(g_ref, 0.0)  # sg(ref_logp)
     with pytest.raises(ValueError, match="ref_logp"):
-        objectives.grpo_loss(LOGP, OLD, ADV, MASK, kl_coef=0.1)
+        objectives.grpo_loss(
+            LOGP, OLD, ADV, MASK, kl_coef=0.1, clip_low=0.2, clip_high=0.2, aggregation="seq_mean_token_mean"
+        )
 
 
 # ----------------------------------------------------------------------------- GSPO
@@ -134,29 +166,33 @@ def test_gspo_needs_sequence_advantages():
 
 
 def test_cispo_values_and_gradient_on_clipped_tokens():
-    loss, m = cispo_loss(LOGP, OLD, ADV, MASK, clip_high=0.2)
+    loss, m = cispo_loss(LOGP, OLD, ADV, MASK, clip_high=0.2, clip_low=None, aggregation="token_mean")
     w = np.array([[1.2, 0.9, 1.1], [0.7, 1.2, 0.0]])  # no lower bound: 0.7 stays 0.7
     a = np.broadcast_to(ADV[:, None], (2, 3))
     np.testing.assert_allclose(loss, -np.sum(w * a * LOGP * MASK) / 5, rtol=1e-5)
     np.testing.assert_allclose(m["clip_fraction"], 2 / 5)  # 1.5 and 1.3 are clipped
     np.testing.assert_allclose(m["weight/mean"], (1.2 + 0.9 + 1.1 + 0.7 + 1.2) / 5, rtol=1e-5)
-    g = grad_logp(cispo_loss, LOGP, OLD, ADV, MASK, clip_high=0.2)
+    g = grad_logp(cispo_loss, LOGP, OLD, ADV, MASK, clip_low=None, clip_high=0.2)
     np.testing.assert_allclose(g, -w * a * MASK / 5, rtol=1e-5, atol=1e-7)
     assert g[0, 0] != 0.0 and g[1, 1] != 0.0  # clipped tokens keep their gradient
     g = grad_logp(cispo_loss, LOGP, OLD, ADV, MASK, clip_low=0.2, clip_high=0.2)
     np.testing.assert_allclose(g[1, 0], -0.8 * -2.0 / 5, rtol=1e-5)  # 0.7 clipped up to 0.8
-    loss_sum, _ = cispo_loss(LOGP, OLD, ADV, MASK, clip_high=0.2, aggregation="seq_mean_token_sum")
+    loss_sum, _ = cispo_loss(
+        LOGP, OLD, ADV, MASK, clip_high=0.2, aggregation="seq_mean_token_sum", clip_low=None
+    )
     np.testing.assert_allclose(loss_sum, -np.sum(w * a * LOGP * MASK) / 2, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- shared properties
 
 LOSSES = {
-    "ppo": objectives.ppo_loss,
-    "ppo_seq_norm": functools.partial(objectives.ppo_loss, aggregation="seq_mean_token_sum_norm", max_len=8),
-    "grpo": functools.partial(objectives.grpo_loss, kl_coef=0.05),
+    "ppo": functools.partial(objectives.ppo_loss, clip_low=0.2, clip_high=0.2),
+    "ppo_seq_norm": functools.partial(
+        objectives.ppo_loss, clip_low=0.2, clip_high=0.2, aggregation="seq_mean_token_sum_norm", max_len=8
+    ),
+    "grpo": functools.partial(objectives.grpo_loss, clip_low=0.2, clip_high=0.2, kl_coef=0.05),
     "gspo": functools.partial(objectives.gspo_loss, clip_low=0.2, clip_high=0.2),
-    "cispo": functools.partial(objectives.cispo_loss, clip_high=0.2),
+    "cispo": functools.partial(objectives.cispo_loss, clip_low=None, clip_high=0.2),
 }
 
 
@@ -199,21 +235,33 @@ def test_every_loss_gives_the_same_values_under_jit(name):
 
 
 def test_bf16_inputs_are_computed_in_float32():
-    loss, _ = objectives.ppo_loss(jnp.asarray(LOGP, jnp.bfloat16), OLD, ADV, MASK.astype(bool))
+    loss, _ = objectives.ppo_loss(
+        jnp.asarray(LOGP, jnp.bfloat16),
+        OLD,
+        ADV,
+        MASK.astype(bool),
+        clip_low=0.2,
+        clip_high=0.2,
+        aggregation="token_mean",
+    )
     assert loss.dtype == jnp.float32
 
 
 def test_shape_and_dtype_errors():
     ppo_loss, cispo_loss = objectives.ppo_loss, objectives.cispo_loss
     with pytest.raises(ValueError, match=r"logp must have shape \[B, T\]"):
-        ppo_loss(LOGP[0], OLD[0], ADV, MASK[0])
+        ppo_loss(LOGP[0], OLD[0], ADV, MASK[0], clip_low=0.2, clip_high=0.2, aggregation="token_mean")
     with pytest.raises(ValueError, match=r"old_logp must have shape \[B, T\] = \(2, 3\)"):
-        ppo_loss(LOGP, OLD[:, :2], ADV, MASK)
+        ppo_loss(LOGP, OLD[:, :2], ADV, MASK, clip_low=0.2, clip_high=0.2, aggregation="token_mean")
     with pytest.raises(ValueError, match=r"advantages must have shape \[B\] = \(2,\) or"):
-        ppo_loss(LOGP, OLD, np.ones(3, np.float32), MASK)
+        ppo_loss(
+            LOGP, OLD, np.ones(3, np.float32), MASK, clip_low=0.2, clip_high=0.2, aggregation="token_mean"
+        )
     with pytest.raises(ValueError, match=r"mask must have shape \(2, 3\)"):
-        cispo_loss(LOGP, OLD, ADV, MASK[:1], clip_high=0.2)
+        cispo_loss(LOGP, OLD, ADV, MASK[:1], clip_high=0.2, clip_low=None, aggregation="token_mean")
     with pytest.raises(ValueError, match="logp must have a floating dtype"):
-        ppo_loss(np.zeros((2, 3), np.int32), OLD, ADV, MASK)
+        ppo_loss(
+            np.zeros((2, 3), np.int32), OLD, ADV, MASK, clip_low=0.2, clip_high=0.2, aggregation="token_mean"
+        )
     with pytest.raises(ValueError, match="valid modes"):
-        ppo_loss(LOGP, OLD, ADV, MASK, aggregation="mean")
+        ppo_loss(LOGP, OLD, ADV, MASK, aggregation="mean", clip_low=0.2, clip_high=0.2)

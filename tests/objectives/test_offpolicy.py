@@ -48,11 +48,17 @@ def test_mis_po_gradient_is_on_policy_without_is_weight():
 
 def test_mis_po_bounds_are_required_and_checked():
     with pytest.raises(TypeError):
-        objectives.mis_po_loss(LOGP, BEHAVIOR, ADV, MASK)  # no silent default region
+        objectives.mis_po_loss(
+            LOGP, BEHAVIOR, ADV, MASK, aggregation="token_mean"
+        )  # no silent default region
     with pytest.raises(ValueError, match="token_bounds"):
-        objectives.mis_po_loss(LOGP, BEHAVIOR, ADV, MASK, token_bounds=(2.0, 1.0), seq_bounds=None)
+        objectives.mis_po_loss(
+            LOGP, BEHAVIOR, ADV, MASK, token_bounds=(2.0, 1.0), seq_bounds=None, aggregation="token_mean"
+        )
     with pytest.raises(ValueError, match="seq_bounds must be None or a"):
-        objectives.mis_po_loss(LOGP, BEHAVIOR, ADV, MASK, token_bounds=None, seq_bounds=1.0)
+        objectives.mis_po_loss(
+            LOGP, BEHAVIOR, ADV, MASK, token_bounds=None, seq_bounds=1.0, aggregation="token_mean"
+        )
 
 
 # ----------------------------------------------------------------------------- HisPO
@@ -70,6 +76,7 @@ H_KW = dict(
     staleness_token_bounds=(0.5, 1.5),
     staleness_seq_bounds=(0.8, 1.15),
 )
+H_CLIP = dict(clip_low=0.2, clip_high=0.2)
 hispo = jax.jit(objectives.hispo_loss, static_argnames=("aggregation", "max_len"))
 
 
@@ -77,7 +84,7 @@ def test_hispo_by_hand():
     # row 0: token mismatch rejects m = 1.3 (row gm 1.091 passes); u = 1.3 with A > 0 is clipped
     #        to 1.2; row 1: gm mismatch 1.15 > 1.12 rejects the row; row 2: u = 1.6 fails the token
     #        staleness test and gm 1.6^(1/3) = 1.17 > 1.15 fails the sequence one.
-    loss, m = hispo(CUR, TRAIN_V, INFER, H_ADV, H_MASK, **H_KW)
+    loss, m = hispo(CUR, TRAIN_V, INFER, H_ADV, H_MASK, **H_KW, **H_CLIP)
     np.testing.assert_allclose(loss, -(1.2 + 1.0) / 8, rtol=1e-5)
     np.testing.assert_allclose(m["masked/token_mismatch"], 1 / 8)
     np.testing.assert_allclose(m["masked/seq_mismatch"], 2 / 8)
@@ -92,7 +99,7 @@ def test_hispo_by_hand():
 
 
 def test_hispo_gradient_flows_only_through_accepted_unclipped_tokens():
-    grads = jax.jit(jax.grad(lambda c, t, i: hispo(c, t, i, H_ADV, H_MASK, **H_KW)[0], (0, 1, 2)))
+    grads = jax.jit(jax.grad(lambda c, t, i: hispo(c, t, i, H_ADV, H_MASK, **H_KW, **H_CLIP)[0], (0, 1, 2)))
     g_cur, g_train_v, g_infer = grads(CUR, TRAIN_V, INFER)
     want = np.zeros((3, 3))
     want[0, 2] = -1.0 / 8  # the only accepted, unclipped token: -A u / N
@@ -103,8 +110,10 @@ def test_hispo_gradient_flows_only_through_accepted_unclipped_tokens():
 
 def test_hispo_without_masks_is_ppo_on_the_update_ratio():
     off = dict.fromkeys(H_KW)
-    loss, m = hispo(CUR, TRAIN_V, INFER, H_ADV, H_MASK, **off)
-    want, _ = objectives.ppo_loss(CUR, TRAIN_V, H_ADV, H_MASK)
+    loss, m = hispo(CUR, TRAIN_V, INFER, H_ADV, H_MASK, **off, **H_CLIP)
+    want, _ = objectives.ppo_loss(
+        CUR, TRAIN_V, H_ADV, H_MASK, clip_low=0.2, clip_high=0.2, aggregation="token_mean"
+    )
     np.testing.assert_allclose(loss, want, rtol=1e-6)
     np.testing.assert_allclose(m["masked/any"], 0.0)
 
@@ -119,7 +128,7 @@ CASES = {
         MASK,
     ),
     "hispo": (
-        functools.partial(objectives.hispo_loss, aggregation="seq_mean_token_mean", **H_KW),
+        functools.partial(objectives.hispo_loss, aggregation="seq_mean_token_mean", **H_KW, **H_CLIP),
         (CUR, TRAIN_V, INFER),
         H_ADV,
         H_MASK,
@@ -161,9 +170,9 @@ def test_every_loss_gives_the_same_values_under_jit(name):
 
 def test_hispo_shape_errors_name_the_argument_and_expected_shape():
     with pytest.raises(ValueError, match=r"logp_infer must have shape \[B, T\] = \(3, 3\)"):
-        objectives.hispo_loss(CUR, TRAIN_V, INFER[:, :2], H_ADV, H_MASK, **H_KW)
+        objectives.hispo_loss(CUR, TRAIN_V, INFER[:, :2], H_ADV, H_MASK, **H_KW, **H_CLIP)
     with pytest.raises(ValueError, match=r"advantages must have shape \[B\] = \(3,\)"):
-        objectives.hispo_loss(CUR, TRAIN_V, INFER, H_ADV[:2], H_MASK, **H_KW)
+        objectives.hispo_loss(CUR, TRAIN_V, INFER, H_ADV[:2], H_MASK, **H_KW, **H_CLIP)
     with pytest.raises(ValueError, match=r"logp_behavior must have shape"):
         objectives.mis_po_loss(LOGP, BEHAVIOR[None], ADV, MASK, **MIS_KW)
     assert jnp.asarray(mis_po(LOGP, BEHAVIOR, ADV, MASK, **MIS_KW)[0]).dtype == jnp.float32
