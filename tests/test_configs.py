@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from agentjax.diagnostics.tbevents import WALL_CLOCK
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
 from agentjax.run import config as runconfig
@@ -97,7 +98,8 @@ def _train(name, workdir, clock=None, **kw):
     summary = loop.train(c, str(workdir), log=lambda s: None, **kw)
     rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
     for r in rows:
-        r.pop("wall", None)
+        for k in WALL_CLOCK:
+            r.pop(k, None)
     return summary, rows
 
 
