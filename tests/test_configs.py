@@ -35,7 +35,7 @@ RUN_CONFIGS = (
 )
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
 # model.hf_path: tests/codefix_training_cases.py; codefix_generated: tests/envs/test_codefix_generator.py
-HF_CONFIGS = ("codefix_tiny", "qwen3_codefix", "codefix_generated")
+HF_CONFIGS = ("codefix_tiny", "qwen3_codefix", "codefix_generated", "codefix_learn")
 
 
 def _load(name):
