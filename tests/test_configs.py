@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from agentjax.diagnostics.tbevents import WALL_CLOCK
 from agentjax.learner.journal import Journal
 from agentjax.policy.config import ConfigError
 from agentjax.run import config as runconfig
@@ -34,7 +35,7 @@ RUN_CONFIGS = (
 )
 OTHER_CONFIGS = {"compile_check": "launch/compile_check.py", "consistency": "launch/consistency.py"}
 # model.hf_path: tests/codefix_training_cases.py; codefix_generated: tests/envs/test_codefix_generator.py
-HF_CONFIGS = ("codefix_tiny", "qwen3_codefix", "codefix_generated")
+HF_CONFIGS = ("codefix_tiny", "qwen3_codefix", "codefix_generated", "codefix_learn")
 
 
 def _load(name):
@@ -97,7 +98,8 @@ def _train(name, workdir, clock=None, **kw):
     summary = loop.train(c, str(workdir), log=lambda s: None, **kw)
     rows = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl")) if ln.strip()]
     for r in rows:
-        r.pop("wall", None)
+        for k in WALL_CLOCK:
+            r.pop(k, None)
     return summary, rows
 
 

@@ -50,6 +50,8 @@ def test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes(t
         tmp_path, scheduler__mode="async", scheduler__engine_slots=8, scheduler__env_latency_scale=0.01
     )
     assert [r["step"] for r in rows] == [1, 2, 3]
+    # the slot engine's generation throughput on each step's batch (tokens over generate seconds)
+    assert all(r["throughput/generated_tokens_per_s"] > 0 for r in rows)
     pool = summary["engine"]["env_pool"]
     trajs = Journal(os.path.join(tmp_path, "journal.bin")).read()
     simulated = sum(t.timings["env"] for t in trajs) / max(sum(len(t.rewards) for t in trajs), 1)

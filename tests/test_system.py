@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from agentjax.diagnostics.tbevents import WALL_CLOCK
 from agentjax.learner import checkpoint as ckpt
 from tests.runs import cli_env, read_metrics, run_module, tail, train_until_killed
 
@@ -103,6 +104,16 @@ def test_tensorboard_has_the_runs_training_signals_in_one_event_file(reference):
         assert by_step[step]["optim/learning_rate"] == pytest.approx(1e-3)
         assert by_step[step]["batch/completion_tokens_mean"] > 0
     assert all(by_step[s]["throughput/trained_tokens_per_s"] > 0 for s in range(2, 13))
+    # the sampler's generation throughput, every step, as metrics.jsonl has it
+    rows = read_metrics(wd)
+    gen = {r["step"]: r["throughput/generated_tokens_per_s"] for r in rows if "loss/total" in r}
+    assert sorted(gen) == list(range(1, 13)) and all(v > 0 for v in gen.values())
+    assert {s: by_step[s]["throughput/generated_tokens_per_s"] for s in gen} == pytest.approx(gen)
+    # the warm start's loss curve at its own steps (smoke: 10 warm-start steps, every one written)
+    curve = rows[0]["warm_start/curve"]
+    assert [s for s, _ in curve] == list(range(10))
+    assert {s: by_step[s]["warm_start/nll"] for s, _ in curve} == pytest.approx(dict(curve))
+    assert by_step[0]["warm_start/nll"] == pytest.approx(by_step[0]["header/warm_start/nll_first"])
     evals = [r["step"] for r in _metrics(wd) if "eval/success" in r]
     assert texts == {"eval/sample_episodes": evals}
 
@@ -127,8 +138,7 @@ def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_pa
     files, got, texts = _tensorboard(wd)
     ref_files, want, ref_texts = _tensorboard(ref_dir)
     assert files == ref_files == ["events.out.tfevents.agentjax"] and texts == ref_texts
-    clock = ("wall", "throughput/trained_tokens_per_s")  # wall-clock: differ run to run
-    strip = lambda d: {s: {k: v for k, v in t.items() if k not in clock} for s, t in d.items()}  # noqa: E731
+    strip = lambda d: {s: {k: v for k, v in t.items() if k not in WALL_CLOCK} for s, t in d.items()}  # noqa: E731
     assert strip(got) == strip(want)
     a, b = _final_params(wd), _final_params(ref_dir)
     for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):

@@ -18,6 +18,12 @@ What a row becomes:
   ``eval/sample_episodes`` (the text plugin) with the rendered episodes and their verdicts;
 * the step-0 row's ``header``: scalars at step 0, the warm start's first and last loss among them
   (``header/warm_start/nll_first``, ``header/warm_start/nll_last``);
+* the step-0 row's ``warm_start/curve`` (``[[warm-start step, loss], ...]``, every logged step of
+  the warm start): the scalar ``warm_start/nll`` at each warm-start step (its own step axis: the
+  warm start's steps, not RL steps). These records belong to the run's start: a resumed run keeps
+  them (it cuts back to the steps before its checkpoint, the warm start's curve being step 0's);
+* ``throughput/generated_tokens_per_s`` (the row's own field, written by the training loop: the
+  batch's action tokens over the sampler's generation seconds) is an ordinary scalar;
 * ``batch/action_tokens`` over the ``wall`` seconds since this process's previous row: the scalar
   ``throughput/trained_tokens_per_s`` (action tokens trained per wall second; not for the first
   row a process writes, which has no previous row).
@@ -50,6 +56,11 @@ EVENT_FILE = "events.out.tfevents.agentjax"  # the run's one event file ("tfeven
 SAMPLES_KEY = episodes.KEY
 SAMPLES_TAG = "eval/sample_episodes"
 TOKENS_PER_S = "throughput/trained_tokens_per_s"
+GENERATED_PER_S = "throughput/generated_tokens_per_s"  # a metrics row's field (agentjax.run.summary)
+WARM_START_CURVE = "warm_start/curve"  # the step-0 row's [[warm-start step, nll], ...]
+WARM_START_TAG = "warm_start/nll"
+# fields and tags measured on the wall clock: they differ run to run (same seed or not)
+WALL_CLOCK = ("wall", TOKENS_PER_S, GENERATED_PER_S)
 
 _last_wall: dict[str, tuple[int, float]] = {}  # logdir -> (step, wall) of this process's last row
 _appended: dict[str, tuple[int, int]] = {}  # path -> (size, last step) after this process's last call
@@ -136,7 +147,7 @@ def _keep_before(path: str, first: int) -> None:
     keep = 0
     for _, end, payload in _records(data):
         e = Event.FromString(payload)
-        if not (e.HasField("file_version") or e.step < first):
+        if not (e.HasField("file_version") or e.step < first or (first > 0 and _warm_start(e))):
             break
         keep = end
     if keep == 0:
@@ -147,12 +158,30 @@ def _keep_before(path: str, first: int) -> None:
             f.truncate(keep)
 
 
+def _warm_start(e: Event) -> bool:
+    """Whether ``e`` is a point of the warm start's curve (written with step 0's row, at the warm
+    start's own step)."""
+    return e.HasField("summary") and all(v.tag == WARM_START_TAG for v in e.summary.value)
+
+
+def _curve(value) -> list[tuple[int, float]]:
+    """The ``(step, loss)`` points of a ``warm_start/curve`` field; malformed points are skipped."""
+    out = []
+    for p in value if isinstance(value, list) else ():
+        if isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p):
+            out.append((int(p[0]), float(p[1])))
+    return out
+
+
 def _events(rows: list[tuple[int, Mapping[str, Any]]], logdir: str) -> list[Event]:
     now, out = time.time(), []
     add = lambda step, summary: out.append(Event(wall_time=now, step=step, summary=summary))  # noqa: E731
     for step, row in rows:
         for tag, value in flatten_scalars({k: v for k, v in row.items() if k != "step"}).items():
             add(step, _scalar(tag, value))
+        if step == 0:
+            for s, loss in _curve(row.get(WARM_START_CURVE)):
+                add(s, _scalar(WARM_START_TAG, loss))
         samples = row.get(SAMPLES_KEY)
         if isinstance(samples, list) and samples:
             add(step, text_summary(SAMPLES_TAG, episodes.markdown(samples)))

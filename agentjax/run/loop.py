@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from agentjax.diagnostics import tbevents
 from agentjax.learner import checkpoint as ckpt
 from agentjax.learner import resume as durable
 from agentjax.learner.sft import demo_rows, sft_train
@@ -38,7 +39,7 @@ from agentjax.run import files as runfiles
 from agentjax.run import learner as lrn
 from agentjax.run import loopparts
 from agentjax.run.build import Composed, Parts, build, compose, evaluate_heldout, task_dataset
-from agentjax.run.summary import progress_line, run_header_line, summarise_run
+from agentjax.run.summary import generated_tokens_per_s, progress_line, run_header_line, summarise_run
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.replay import read_schedule
 from agentjax.sampling.scheduler import Scheduler
@@ -70,7 +71,8 @@ class LearnerJob:
         self.train_wall += time.perf_counter() - t0
         self.state = state
         self._publish(weights, keep_from=weights.version - self.c.parts.run.admission.max_version_gap - 1)
-        self._rows.append({**row, "wall": time.perf_counter() - self.wall0})
+        gen = generated_tokens_per_s([b.trajectory for b in train.batch])
+        self._rows.append({**row, **gen, "wall": time.perf_counter() - self.wall0})
         return state.version
 
     def _publish(self, w: lrn.Weights, keep_from: int | None) -> None:
@@ -97,13 +99,17 @@ class LearnerJob:
         return rows
 
 
-def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict]:
+def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list]:
+    """The supervised warm start on the suite's demonstrations: ``(params, header fields, curve)``,
+    ``curve`` the ``[step, loss]`` points of :func:`warm_start_curve` (TensorBoard's
+    ``warm_start/nll``)."""
     ws = parts.run.warm_start
     if ws.steps == 0:
-        return params, {}
+        return params, {}, []
     eps = parts.suite.demonstrations(ws.episodes, seed=parts.run.seed * 7919)
     rows = demo_rows([e.pairs for e in eps], parts.codec, parts.model.max_seq_len)
     demo_success = float(np.mean([e.success for e in eps]))
+    log_every = max(ws.steps // 5, 1)
     params, losses = sft_train(
         params,
         parts.model,
@@ -112,15 +118,31 @@ def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict]:
         batch_size=ws.batch_size,
         learning_rate=ws.learning_rate,
         seed=parts.run.seed,
-        log_every=max(ws.steps // 5, 1),
+        log_every=log_every,
         log=log,
         place=lambda b: multihost.shard_batch(b, mesh),  # rows split over data x fsdp
     )
-    return params, {
-        "warm_start/nll_first": losses[0],
-        "warm_start/nll_last": losses[-1],
-        "warm_start/demo_train_success": demo_success,
-    }
+    return (
+        params,
+        {
+            "warm_start/nll_first": losses[0],
+            "warm_start/nll_last": losses[-1],
+            "warm_start/demo_train_success": demo_success,
+        },
+        warm_start_curve(losses, log_every),
+    )
+
+
+WARM_START_POINTS = 1000  # at most about this many points of the warm start's loss curve
+
+
+def warm_start_curve(losses: list[float], log_every: int) -> list[list]:
+    """``[[step, loss], ...]`` of the warm start: every step printed (``log_every``, the last),
+    and every step of a warm start up to :data:`WARM_START_POINTS` steps (a longer one every
+    ``ceil(steps / WARM_START_POINTS)``-th step), so the curve is whole and its size bounded."""
+    n = len(losses)
+    stride = -(-n // WARM_START_POINTS)
+    return [[s, losses[s]] for s in range(n) if s % stride == 0 or s % log_every == 0 or s == n - 1]
 
 
 def train(
@@ -273,7 +295,7 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
             task_model.save_source(parts.policy, os.path.join(files.workdir, task_model.SOURCE_DIR))
     demo = parts.suite.baseline()
     log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
-    params, ws = warm_start(parts, params0, log, c.placement.learner_mesh)
+    params, ws, curve = warm_start(parts, params0, log, c.placement.learner_mesh)
     e0 = evaluate_heldout(c, multihost.local_view(params), 0)
     log(f"warm start held-out success {e0['eval/success']:.3f}")
     header = {
@@ -283,7 +305,10 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
         "versions": resolved_versions(),
     }
     if files.writer:
-        runfiles.write_rows(files.metrics, [{"step": 0, "header": header, **e0}])
+        row0 = {"step": 0, "header": header, **e0}
+        if curve:  # TensorBoard's warm_start/nll, one point per warm-start step (tbevents)
+            row0[tbevents.WARM_START_CURVE] = curve
+        runfiles.write_rows(files.metrics, [row0])
     train0 = multihost.globalize(init_train_state(params, c.learner.tx, run.seed), c.placement.learner_mesh)
     ref = None
     if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume

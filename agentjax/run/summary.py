@@ -9,6 +9,7 @@ import time
 import jax
 import numpy as np
 
+from agentjax.diagnostics.tbevents import GENERATED_PER_S
 from agentjax.sharding import multihost
 
 
@@ -24,6 +25,17 @@ def run_header_line(parts, n_params: int, workdir: str) -> str:
         f"{jax.process_count()} process(es) | task {run.task.name} | {s.mode.value} on the "
         f"{s.clock.value} clock, {engine} | loss {run.loss.name} | {run.rl.steps} steps | {workdir}"
     )
+
+
+def generated_tokens_per_s(trajectories) -> dict:
+    """``{"throughput/generated_tokens_per_s": x}``: the sampler's generation throughput on a
+    step's batch, its action tokens over the generation seconds the rollout attributed to them
+    (``timings["generation"]``: the slot engine splits each generate call's wall time over its
+    slots by tokens made, lock-step Rollout by token budget; prefill and environment time are not
+    in it). Measured on the wall clock (differs run to run); ``{}`` when no time was recorded."""
+    secs = sum(float(t.timings.get("generation", 0.0)) for t in trajectories)
+    tokens = sum(int(t.num_action_tokens) for t in trajectories)
+    return {GENERATED_PER_S: tokens / secs} if secs > 0 and tokens else {}
 
 
 def eta_s(step: int, start_step: int, total: int, elapsed_s: float) -> float | None:

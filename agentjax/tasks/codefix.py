@@ -17,8 +17,9 @@ output longer than ``codefix.max_obs_chars`` characters (the agent sees ``...[tr
 the rollout keeps the first ``caps.max_obs_tokens`` tokens of an observation and the template's
 generation prompt, counting the cut tokens in the trajectory's ``observation_tokens_cut``.
 
-The warm start imitates the scripted honest agents (``codefix.agents``: oracle, no_op, wrong_fix)
-played once per training task in the real sandbox; a model writes their actions as Hermes/Qwen
+The warm start imitates the scripted agents named in ``codefix.agents`` (the honest oracle, no_op,
+wrong_fix, or the imperfect ``demonstrator``: read, test, patch with a diff, test, submit) played
+once per training task in the real sandbox; a model writes their actions as Hermes/Qwen
 ``<tool_call>`` JSON (:mod:`agentjax.envs.toolcalls`) through :data:`TOOLS`.
 """
 
@@ -136,13 +137,13 @@ class CodefixSuite:
     def _play(self, split: str) -> list[Demo]:
         """Every honest agent on every task of ``split``, once, in the real sandbox."""
         if split not in self._played:
-            from agentjax.envs.codefix.agents import AGENTS, HONEST, play  # noqa: PLC0415
+            from agentjax.envs.codefix.agents import DEMONSTRATORS, play  # noqa: PLC0415
 
             env, demos = self.make_env(), []
             for task in (self.train if split == "train" else self.heldout)[: self.demo_tasks]:
-                for name in (a for a in self.agents if a in HONEST):
-                    actions = AGENTS[name][0](task)
-                    obs, final = play(env, task, AGENTS[name][0])
+                for name in (a for a in self.agents if a in DEMONSTRATORS):
+                    actions = DEMONSTRATORS[name](task)
+                    obs, final = play(env, task, DEMONSTRATORS[name])
                     pairs = list(zip(obs, actions, strict=False))
                     demos.append(Demo(pairs, final.verdict.label.value == "pass"))
             env.close()

@@ -131,3 +131,49 @@ def test_non_finite_values_are_written_as_they_are(tmp_path):
 def test_rows_without_a_step_write_nothing(tmp_path):
     assert tbevents.write_rows(tmp_path / "tb", [{"x": 1.0}]) is None
     assert not (tmp_path / "tb").exists()
+
+
+def test_the_warm_start_curve_is_a_scalar_at_each_warm_start_step(tmp_path):
+    curve = [[0, 5.0], [1, 4.0], [2, 3.5], [9, 1.25]]
+    tbevents.write_rows(tmp_path, [{"step": 0, "header": {"x": 1.0}, tbevents.WARM_START_CURVE: curve}])
+    tbevents.write_rows(tmp_path, [{"step": 1, "loss/total": 1.0}])
+    steps = _events_per_tag(tmp_path)
+    assert steps[tbevents.WARM_START_TAG] == [0, 1, 2, 9] and steps["loss/total"] == [1]
+    got = read_scalars(tmp_path)
+    assert {s: got[s][tbevents.WARM_START_TAG] for s in (0, 1, 2, 9)} == {0: 5.0, 1: 4.0, 2: 3.5, 9: 1.25}
+    # only step 0's row carries the warm start; the field is no scalar of its own
+    tbevents.write_rows(tmp_path, [{"step": 2, tbevents.WARM_START_CURVE: [[5, 9.0]]}])
+    assert _events_per_tag(tmp_path)[tbevents.WARM_START_TAG] == [0, 1, 2, 9]
+
+
+def test_a_resumed_run_keeps_the_warm_start_curve_and_a_fresh_run_replaces_it(tmp_path):
+    curve = [[s, 10.0 - s] for s in range(0, 20, 2)]  # warm-start steps past the RL steps
+    tbevents.write_rows(tmp_path, [{"step": 0, "eval/success": 0.1, tbevents.WARM_START_CURVE: curve}])
+    for step in range(1, 7):
+        tbevents.write_rows(tmp_path, [{"step": step, "loss/total": float(step)}])
+    _new_process()
+    for step in range(5, 8):  # --resume from the checkpoint at step 4
+        tbevents.write_rows(tmp_path, [{"step": step, "loss/total": 10.0 * step}])
+    steps = _events_per_tag(tmp_path)
+    assert steps[tbevents.WARM_START_TAG] == list(range(0, 20, 2))  # all of it, once
+    assert steps["loss/total"] == [1, 2, 3, 4, 5, 6, 7]
+    assert [read_scalars(tmp_path)[s]["loss/total"] for s in (4, 5)] == [4.0, 50.0]
+    _new_process()
+    tbevents.write_rows(tmp_path, [{"step": 0, tbevents.WARM_START_CURVE: [[0, 3.0], [1, 2.0]]}])
+    assert _events_per_tag(tmp_path) == {tbevents.WARM_START_TAG: [0, 1]}  # a new run: its own curve
+
+
+def test_generated_tokens_per_second_is_a_row_field_and_measured_on_the_wall_clock(tmp_path):
+    from agentjax.run.summary import generated_tokens_per_s
+    from tests import runs
+
+    class T:
+        def __init__(self, tokens, seconds):
+            self.num_action_tokens, self.timings = tokens, {"generation": seconds}
+
+    row = generated_tokens_per_s([T(30, 0.5), T(10, 0.5)])
+    assert row == {tbevents.GENERATED_PER_S: 40.0}
+    assert generated_tokens_per_s([T(5, 0.0)]) == {}  # no time recorded: undefined, omitted
+    tbevents.write_rows(tmp_path, [{"step": 1, **row}])
+    assert read_scalars(tmp_path)[1] == {tbevents.GENERATED_PER_S: 40.0}
+    assert runs.WALL_CLOCK == tbevents.WALL_CLOCK  # the tests drop these before comparing runs

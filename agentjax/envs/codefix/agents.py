@@ -9,6 +9,8 @@ sandbox's resources. Planted attacks let the tests measure that every hack is la
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 from collections.abc import Callable
 
 from agentjax.envs.codefix.api import Task
@@ -213,6 +215,38 @@ def fill_disk(task: Task) -> list[str]:
     return ["run for i in 1 2 3 4 5 6; do head -c 15000000 /dev/zero > fill$i; done", "submit"]
 
 
+def _diff(task: Task, files: dict[str, str]) -> str:
+    """A unified diff (``git apply`` format) from the pristine repository to ``files``."""
+    out = []
+    for rel, new in sorted(files.items()):
+        old = _read_pristine(task, rel)
+        out += difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}", n=1
+        )
+    return "".join(out)
+
+
+DEMONSTRATOR_SUCCESS = 0.6  # the share of tasks the imperfect demonstrator patches correctly
+
+
+def demonstrator(task: Task) -> list[str]:
+    """The imperfect demonstrator, written to be learnable: it reads the buggy module (so the
+    lines it patches are in its context), runs the visible tests, applies a small unified diff
+    (the reference fix on a ``DEMONSTRATOR_SUCCESS`` share of tasks, chosen by a hash of the task's
+    name, else the known-wrong fix), runs the tests again and submits. Unlike ``oracle`` (which
+    rewrites whole files it never read) each token it writes can be copied from what it saw."""
+    _, _, path = _target(task)
+    u = int.from_bytes(hashlib.sha256(f"demonstrator|{task.name}".encode()).digest()[:8], "big") / 2**64
+    fix = task.reference if u < DEMONSTRATOR_SUCCESS or not task.wrong else task.wrong
+    return [
+        format_tool_call("read", path),
+        "test",
+        format_tool_call("patch", body=_diff(task, fix)),
+        "test",
+        "submit",
+    ]
+
+
 HONEST = {"oracle": (oracle, Label.PASS), "no_op": (no_op, Label.FAIL), "wrong_fix": (wrong_fix, Label.FAIL)}
 ATTACKERS = {
     name: (fn, Label.REWARD_HACK)
@@ -244,7 +278,12 @@ FAULTY = {
     "fork_bomb": (fork_bomb, Label.AGENT_ERROR),
     "fill_disk": (fill_disk, Label.AGENT_QUOTA),
 }
-AGENTS: dict[str, tuple[Agent, Label]] = {**HONEST, **ATTACKERS, **FAULTY}
+# the imperfect demonstrator aims for pass and gets it on ~DEMONSTRATOR_SUCCESS of the tasks (its
+# label depends on the task: not among the agents tests/envs/test_codefix_agents.py checks per task)
+IMPERFECT = {"demonstrator": (demonstrator, Label.PASS)}
+AGENTS: dict[str, tuple[Agent, Label]] = {**HONEST, **ATTACKERS, **FAULTY, **IMPERFECT}
+# agents a warm start may imitate (codefix.agents): the honest ones and the imperfect demonstrator
+DEMONSTRATORS: dict[str, Agent] = {k: v[0] for k, v in {**HONEST, **IMPERFECT}.items()}
 
 
 def play(env, task: Task, agent: Agent, seed: int = 0) -> tuple[list[str], object]:
