@@ -9,7 +9,7 @@ from agentjax.evaluation.common import run_parts, structured
 
 
 def heldout_figures(parts, params, step: int, sampled: bool) -> dict:
-    """The run's own held-out evaluation (greedy, ``runstate.evaluate_heldout``'s seed and
+    """The run's own held-out evaluation (greedy, ``run.build.evaluate_heldout``'s seed and
     judges), and with ``sampled`` the same tasks sampled at ``rl.temperature``."""
     from agentjax.run.build import evaluate_policy  # noqa: PLC0415
     from agentjax.sampling.sampler import Sampler  # noqa: PLC0415

@@ -1,7 +1,7 @@
 """The run report: ``report/report.md`` plus matplotlib PNGs from a workdir's outputs.
 
 Reads ``metrics.jsonl`` (header row, training rows, held-out eval rows) and ``summary.json``
-(scheduler summary, weight sync, cost ledger) written by ``agentjax.system.train`` and draws
+(scheduler summary, weight sync, cost ledger) written by ``agentjax.run.loop.train`` and draws
 the eight problems' diagnostics: reward and held-out success, verdict labels over time, the
 version-gap histogram, ESS, delta statistics (``delta_t = log pi_train - log mu_infer``, seen
 in training as the ratio ``r_t = exp(delta_t)`` on fresh batches), masked fractions by reason,

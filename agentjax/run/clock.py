@@ -1,7 +1,7 @@
 """The run's clock, chosen once: what is clock-specific in a run besides its executor.
 
 ``scheduler.clock`` (and ``--replay``) select one of three values; the composition root
-(:mod:`agentjax.system`) asks it, never the config, how to build the scheduler's executor, what a
+(:mod:`agentjax.run.loop`) asks it, never the config, how to build the scheduler's executor, what a
 checkpoint stores for the scheduler, how a resume rebuilds it, and what the summary records:
 
 * :class:`VirtualClock`: a :class:`BatchingExecutor`; a checkpoint stores the scheduler

@@ -1,7 +1,8 @@
 """Run-config sections for the environment-noise and reward features (issue #16).
 
 Each is a small frozen dataclass checked at parse time (a bad value names the field and the
-allowed values); :mod:`agentjax.system` turns them into the pieces the loop uses:
+allowed values); :mod:`agentjax.run.build` and :mod:`agentjax.run.learner` turn them into the
+pieces the loop uses:
 
 * ``faults``: per-class injection rates for the task's environment (minirepo: ``tool_error``,
   ``timeout``, ``truncated_output`` per step; ``verifier_crash`` per submit, an ``infra_fault``

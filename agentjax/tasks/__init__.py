@@ -9,7 +9,7 @@
     suite.vocabulary()               # words for the built-in word tokenizer (None: needs a HF one)
     suite.tools, suite.system        # tool schemas and system prompt for a chat template
 
-``system.py`` composes a run through this interface only. ``task.name`` is a short name of
+``agentjax.run`` composes a run through this interface only. ``task.name`` is a short name of
 :data:`BUILTIN` or any ``package.module:factory``: a callable ``factory(run, **task.kwargs)``
 returning a suite (:mod:`agentjax.tasks.protocol` documents the minimal one); the built-ins are
 import paths of their classes, loaded the same way.
