@@ -11,6 +11,7 @@ compared, every differing key, and the final checkpoint's leaves and values comp
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -35,21 +36,24 @@ def _walled(key: str) -> bool:
     return any(w in leaf for w in WALL) or key.startswith("header/versions")
 
 
-def compare_metrics(a: str, b: str) -> tuple[int, int, set]:
+def compare_metrics(a: str, b: str) -> tuple[int, int, set, set]:
     rows_a = [json.loads(x) for x in open(f"{a}/metrics.jsonl")]
     rows_b = [json.loads(x) for x in open(f"{b}/metrics.jsonl")]
     if len(rows_a) != len(rows_b):
-        return len(rows_a), 0, {f"row count {len(rows_a)} != {len(rows_b)}"}
-    values, differ = 0, set()
+        return len(rows_a), 0, {f"row count {len(rows_a)} != {len(rows_b)}"}, set()
+    values, differ, only = 0, set(), set()
     for ra, rb in zip(rows_a, rows_b, strict=True):
         fa, fb = dict(_flat(ra)), dict(_flat(rb))
         for k in fa.keys() | fb.keys():
             if _walled(k):
                 continue
+            if (k in fa) != (k in fb):  # a metric one side adds (a new key), not a changed value
+                only.add(re.sub(r"/\d+(?=/|$)", "/*", k))  # list entries collapsed
+                continue
             values += 1
-            if json.dumps(fa.get(k)) != json.dumps(fb.get(k)):
+            if json.dumps(fa[k]) != json.dumps(fb[k]):
                 differ.add(k)
-    return len(rows_a), values, differ
+    return len(rows_a), values, differ, only
 
 
 def compare_state(a: str, b: str) -> tuple[int, int, list]:
@@ -71,9 +75,10 @@ def compare_state(a: str, b: str) -> tuple[int, int, list]:
 
 
 def main(a: str, b: str) -> int:
-    rows, values, differ = compare_metrics(a, b)
-    print(f"metrics: {rows} rows, {values} values compared (wall-clock keys aside)")
+    rows, values, differ, only = compare_metrics(a, b)
+    print(f"metrics: {rows} rows, {values} values in both compared (wall-clock keys aside)")
     print(f"differing keys: {sorted(differ)}")
+    print(f"keys only one run writes (new metrics, not compared): {sorted(only)[:20]}")
     leaves, n, bad = compare_state(a, b)
     print(f"final train state: {leaves} leaves, {n} values; differing leaves: {bad}")
     return int(bool(differ or bad))

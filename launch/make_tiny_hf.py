@@ -60,11 +60,12 @@ MODEL = dict(
 
 def corpus() -> list[str]:
     """Every text file of the bundled codefix tasks, and the honest agents' tool calls."""
-    from agentjax.envs import codefix, toolcalls  # noqa: PLC0415
+    from agentjax.envs import codefix  # noqa: PLC0415
     from agentjax.envs.codefix.agents import HONEST  # noqa: PLC0415
     from agentjax.envs.codefix.api import TASKS_DIR  # noqa: PLC0415
     from agentjax.policy.chat import compile_template  # noqa: PLC0415
     from agentjax.tasks.codefix import SYSTEM, TOOLS  # noqa: PLC0415
+    from agentjax.toolcall import calls as toolcalls  # noqa: PLC0415
 
     chat = compile_template(CHAT_TEMPLATE)
     msgs = [

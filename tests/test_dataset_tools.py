@@ -9,12 +9,12 @@ import types
 import pytest
 
 from agentjax import tasks
-from agentjax.envs import toolcalls
 from agentjax.envs.protocol import InfraError, Label, ToolCallError
 from agentjax.policy.config import ConfigError
 from agentjax.run import config as runconfig
 from agentjax.tasks import datasettools
 from agentjax.tasks.dataset import Item
+from agentjax.toolcall import calls as toolcalls
 from configs import smoke
 from examples.dataset_verifiers import write_lookup_dataset
 

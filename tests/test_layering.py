@@ -15,6 +15,7 @@ ALLOWED = {
     "rundefaults": set(),  # the default run's values as plain data (configs/default.py): a leaf
     "trajectory": set(),
     "tagjson": set(),
+    "toolcall": set(),  # tool calls as text (plain, model formats): a leaf policy, envs and tasks import
     "objectives": {"trajectory"},
     "policy": set(),
     "envs": {"trajectory"},
@@ -32,7 +33,12 @@ ALLOWED = {
     "testing": {"trajectory", "tagjson", "objectives", "policy", "envs", "sharding", "sampling", "learner",
                 "diagnostics", "run", "evaluation", "tasks"},
 }  # fmt: skip
-LEAVES = {"choice", "importpath", "rundefaults"}  # import nothing from agentjax; allowed from every unit
+LEAVES = {
+    "choice",
+    "importpath",
+    "rundefaults",
+    "toolcall",
+}  # import nothing from agentjax; allowed from every unit
 
 
 def _unit(path: pathlib.Path) -> str:

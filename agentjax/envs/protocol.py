@@ -21,6 +21,12 @@ import dataclasses
 import enum
 from typing import Any, Protocol
 
+# the plain tool-call text environments read (defined in the leaf unit every side imports)
+from agentjax.toolcall.text import ToolCall as ToolCall
+from agentjax.toolcall.text import ToolCallError as ToolCallError
+from agentjax.toolcall.text import format_tool_call as format_tool_call
+from agentjax.toolcall.text import parse_tool_call as parse_tool_call
+
 
 class Label(str, enum.Enum):
     """Verdict labels. Every finished episode gets exactly one."""
@@ -113,17 +119,6 @@ class StepResult:
     verdict: Verdict | None = None  # set on the final step
 
 
-@dataclasses.dataclass(frozen=True)
-class ToolCall:
-    name: str
-    args: tuple[str, ...]
-    body: str
-
-
-class ToolCallError(ValueError):
-    """The action text is not a tool call (an agent error)."""
-
-
 class InfraError(RuntimeError):
     """A step failed for a reason the agent's action cannot produce, with the evidence: the
     sandbox could not start, the host timed out or died, an injected fault. Only this exception
@@ -153,20 +148,6 @@ def attribute_step_error(err: BaseException) -> tuple[Label, dict[str, Any]]:
         return Label.INFRA_FAULT, {**err.evidence, "env_error": text, "attribution": why}
     why = "agent_input: the environment raised on the agent's action"
     return Label.AGENT_ERROR, {"env_error": text, "attribution": why}
-
-
-def parse_tool_call(text: str) -> ToolCall:
-    """Parses the documented tool-call format (see the module docstring)."""
-    head, _, body = text.strip("\n").partition("\n")
-    words = head.split()
-    if not words:
-        raise ToolCallError("empty action: expected '<tool_name> [args...]'")
-    return ToolCall(name=words[0], args=tuple(words[1:]), body=body)
-
-
-def format_tool_call(name: str, *args: str, body: str = "") -> str:
-    head = " ".join((name, *args))
-    return f"{head}\n{body}" if body else head
 
 
 def truncate_observation(text: str, max_chars: int) -> tuple[str, dict[str, Any]]:

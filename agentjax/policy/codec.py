@@ -28,7 +28,7 @@ class Codec:
 
     def observation(self, text: str, after: Sequence[int] = ()) -> list[int]:
         """The environment's answer ``text`` to the action ``after`` (unused here; a chat codec
-        may need it: :class:`agentjax.sampling.chat_codec.ChatCodec`)."""
+        may need it: :class:`agentjax.policy.chat_codec.ChatCodec`)."""
         sp = self.tokenizer.specials
         return [sp[TURN_ENV], *self.tokenizer.encode(text), sp[TURN_AGENT]]
 

@@ -20,19 +20,20 @@ generation prompt, counting the cut tokens in the trajectory's ``observation_tok
 The warm start imitates the scripted agents named in ``codefix.agents`` (the honest oracle, no_op,
 wrong_fix, or the imperfect ``demonstrator``: read, test, patch with a diff, test, submit) played
 once per training task in the real sandbox; a model writes their actions as Hermes/Qwen
-``<tool_call>`` JSON (:mod:`agentjax.envs.toolcalls`) through :data:`TOOLS`.
+``<tool_call>`` JSON (:mod:`agentjax.toolcall.calls`) through :data:`TOOLS`.
 """
 
 from __future__ import annotations
 
 import random
 
-from agentjax.envs import codefix, sandbox, toolcalls
+from agentjax.envs import codefix, sandbox
 from agentjax.envs.codefix.audit import audit_verify
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.policy.config import ConfigError
 from agentjax.sampling.worker import GroupTask
 from agentjax.tasks.protocol import Demo
+from agentjax.toolcall import calls as toolcalls
 
 TOOLS = (
     toolcalls.schema("ls", "List the repository's files.", dir="directory (default: the root)?"),

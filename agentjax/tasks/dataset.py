@@ -21,9 +21,9 @@ string and number fields, and the tools' names.
 (``"my_pkg.tools:lookup"``, their schemas read from their signatures) or tool schemas served by
 one handler, ``task.kwargs.tools=my_pkg.tools:handler`` (:mod:`agentjax.tasks.datasettools`).
 A reply that opens a tool call in the run's tool-call format (``model.tool_format`` with a HF
-model, :func:`agentjax.envs.toolcalls.has_call`; the plain format with the built-in model, where a
+model, :func:`agentjax.toolcall.calls.has_call`; the plain format with the built-in model, where a
 call is a reply whose first word names one of the record's tools) is parsed by
-:mod:`agentjax.envs.toolcalls`, the tool runs, and its result is the next observation; the first
+:mod:`agentjax.toolcall.calls`, the tool runs, and its result is the next observation; the first
 reply that calls no tool is the answer the verifier judges. ``task.kwargs.max_turns`` bounds the
 replies of an episode (default ``caps.max_tool_calls`` when a record has tools, else 1): a call
 in the last one is a ``fail`` ending ``task_cap``. A malformed call, a tool the record does not
@@ -40,12 +40,12 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from agentjax.envs import toolcalls
 from agentjax.envs.protocol import Label, StepResult, ToolCallError, Verdict
 from agentjax.policy.config import ConfigError
 from agentjax.sampling.worker import GroupTask
 from agentjax.tasks import datasettools, records
 from agentjax.tasks.protocol import Demo
+from agentjax.toolcall import calls as toolcalls
 
 VERIFIER_VERSION = "dataset-1"
 

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentjax import importpath
-from agentjax.envs import toolcalls
 from agentjax.envs.protocol import MAX_ERROR_CHARS, Label
 from agentjax.policy.config import ConfigError
+from agentjax.toolcall import calls as toolcalls
 
 # what a tool raises to refuse its arguments: the agent's error (anything else: the tool's crash)
 AGENT_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError)

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentjax.envs import toolcalls
 from agentjax.policy.config import ConfigError, DType, ModelConfig, Remat
 from agentjax.policy.hf import OVERRIDABLE
+from agentjax.toolcall import calls as toolcalls
 
 SOURCE_DIR = "hf_source"  # <workdir>/hf_source: the source config.json and tokenizer files
 
@@ -79,9 +79,9 @@ def build(model: ModelConfig | HFModel, suite) -> Policy:
         return Policy(dataclasses.replace(model, vocab_size=tok.vocab_size), tok, Codec(tok))
     from agentjax.policy import hf_tensors  # noqa: PLC0415
     from agentjax.policy.chat import load_chat_tokenizer  # noqa: PLC0415
+    from agentjax.policy.chat_codec import ChatCodec  # noqa: PLC0415
     from agentjax.policy.hf import HFImportError, load_hf_config, tensor_names, tensor_prefix  # noqa: PLC0415
     from agentjax.policy.model import param_spec  # noqa: PLC0415
-    from agentjax.sampling.chat_codec import ChatCodec  # noqa: PLC0415
 
     path = model.hf_path
     _check_positions(model)

@@ -6,13 +6,13 @@ import shutil
 import numpy as np
 import pytest
 
-from agentjax.envs import toolcalls
-from agentjax.envs.protocol import ToolCallError
 from agentjax.learner.sft import demo_rows
 from agentjax.policy.chat import load_chat_tokenizer
+from agentjax.policy.chat_codec import ChatCodec
 from agentjax.policy.hf import HFImportError
-from agentjax.sampling.chat_codec import ChatCodec
 from agentjax.tasks.codefix import SYSTEM, TOOLS
+from agentjax.toolcall import calls as toolcalls
+from agentjax.toolcall.text import ToolCallError
 
 CALL = (
     '<tool_call>\n{"name": "write", "arguments": {"path": "m/core.py", "body": "x = 1\\ny = 2"}}'

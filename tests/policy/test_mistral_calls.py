@@ -9,12 +9,13 @@ derived from the reply), in the rollout and in the warm start's demonstrations a
 import jax
 import pytest
 
-from agentjax.envs import toolcalls, toolformats
 from agentjax.envs.protocol import StepResult, ToolCallError
 from agentjax.learner.sft import demo_rows
 from agentjax.policy.chat import PROBE_ID, load_chat_tokenizer
-from agentjax.sampling.chat_codec import ChatCodec
+from agentjax.policy.chat_codec import ChatCodec
 from agentjax.tasks.codefix import TOOLS
+from agentjax.toolcall import calls as toolcalls
+from agentjax.toolcall import formats as toolformats
 from tests.policy.test_toolformats import _openai_call, _tiny_dir
 
 pytest.importorskip("transformers.utils.chat_parsing", reason="transformers >= 5 parses these formats")

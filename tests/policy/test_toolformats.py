@@ -14,11 +14,12 @@ import json
 
 import pytest
 
-from agentjax.envs import toolcalls, toolformats
 from agentjax.envs.protocol import ToolCallError, parse_tool_call
 from agentjax.policy.chat import load_chat_tokenizer
-from agentjax.sampling.chat_codec import ChatCodec
+from agentjax.policy.chat_codec import ChatCodec
 from agentjax.tasks.codefix import TOOLS
+from agentjax.toolcall import calls as toolcalls
+from agentjax.toolcall import formats as toolformats
 
 pytest.importorskip("transformers.utils.chat_parsing", reason="transformers >= 5 parses these formats")
 tokenizers = pytest.importorskip("tokenizers")

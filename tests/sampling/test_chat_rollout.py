@@ -5,8 +5,8 @@ import numpy as np
 
 from agentjax.envs.protocol import StepResult
 from agentjax.policy.chat import load_chat_tokenizer
+from agentjax.policy.chat_codec import ChatCodec
 from agentjax.policy.hf import load_hf_checkpoint
-from agentjax.sampling.chat_codec import ChatCodec
 from agentjax.sampling.episode import Caps, EpisodeSpec
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler

@@ -12,7 +12,7 @@ evaluation are unchanged:
 
 so the loss mask covers exactly the tokens the policy generated, and a turn stops on the
 template's end-of-turn token. ``action_text`` parses the reply's tool call
-(:mod:`agentjax.envs.toolcalls`); a malformed call raises ``ToolCallError`` (agent_error). With
+(:mod:`agentjax.toolcall.calls`); a malformed call raises ``ToolCallError`` (agent_error). With
 ``raw_replies`` (a task whose environment parses replies itself, ``parses_replies``: the dataset
 task, where a reply without a call is the answer) the reply text goes to the environment as it
 is, and a demonstration's action is the reply text the task wrote in the format.
@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from agentjax.envs import toolcalls, toolformats
 from agentjax.policy.chat import ChatTemplate
 from agentjax.policy.tokenizer import HFTokenizer
+from agentjax.toolcall import calls as toolcalls
+from agentjax.toolcall import formats as toolformats
 
 
 @dataclasses.dataclass(frozen=True)

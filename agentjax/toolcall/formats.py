@@ -24,7 +24,7 @@ import re
 import string
 from collections.abc import Mapping
 
-from agentjax.envs.protocol import ToolCallError
+from agentjax.toolcall.text import ToolCallError
 
 _TEXT = {"content": "text"}
 TEMPLATES = {

@@ -43,8 +43,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agentjax.choice import Choice
-from agentjax.envs import toolformats
-from agentjax.envs.protocol import ToolCallError, format_tool_call, parse_tool_call
+from agentjax.toolcall import formats as toolformats
+from agentjax.toolcall.text import ToolCallError, format_tool_call, parse_tool_call
 
 
 class ToolFormat(Choice):
