@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -138,6 +138,22 @@ def row_keys(rng, seeds, calls):
     on its batch-mates (with exact kernels, batching does not change a trajectory at all)."""
     fold = lambda s, c: jax.random.fold_in(jax.random.fold_in(rng, s), c)
     return jax.vmap(fold)(seeds, calls)
+
+
+class Driver(Protocol):
+    """A rollout driver: lock-step :class:`~agentjax.sampling.rollout.Rollout` or the slot
+    engine's :class:`~agentjax.sampling.engine_rollout.EngineRollout`. Both keep their episodes'
+    records through :class:`Turns` (composition, not inheritance)."""
+
+    rows: list[Episode]  # the episodes, in the order given
+    paused: dict  # row -> its resumable state, for rows a round budget paused (partial rollout)
+    metrics: dict  # the driver's own figures of its last run (the slot engine's: tokens, slots, ...)
+
+    def run(
+        self, params, version: int, rng, pool, *, round_budget=None, resume="recompute"
+    ) -> list[Trajectory]:
+        """Runs every episode to its end (or its round budget); their records, in episode order."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)

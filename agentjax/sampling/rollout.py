@@ -64,11 +64,26 @@ class Rollout:
         self.capacity = max(len(self.rows), pad_to)
         self.width = self.turns.width
         self.state = None
+        self.paused: dict = {}  # lock-step pauses in place (start/advance/resume), never here
+        self.metrics: dict = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, params, version: int):
         self.state = self.sampler.init(self.capacity)
         self._extend(params, version, [self.turns.reset(r) for r in self.rows])
+
+    def run(
+        self, params, version: int, rng, pool=None, *, round_budget=None, resume="recompute"
+    ) -> list[Trajectory]:
+        """The :class:`~agentjax.sampling.episode.Driver` call: every episode to its end, in
+        episode order (environments stepped inline: ``pool`` is not used). A round budget
+        (partial rollout across calls) needs the slot engine; lock-step pauses in place with
+        :meth:`advance`'s ``token_budget`` and :meth:`resume`."""
+        if round_budget:
+            raise NotImplementedError("partial rollout (a round budget) needs the slot engine")
+        self.start(params, version)
+        self.advance(params, version, rng)
+        return [r.result for r in self.rows]
 
     @property
     def unfinished(self) -> int:

@@ -26,7 +26,7 @@ from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import Caps, Driver, EpisodeSpec
 from agentjax.sampling.queue import ResumeMode, RoundResult, WorkItem
 from agentjax.sampling.rollout import Rollout, bucket
 from agentjax.sampling.sampler import Sampler
@@ -104,28 +104,19 @@ class SamplerWorker:
         return self._run_rounds(items)
 
     def _run_rounds(self, items: Sequence[WorkItem]) -> list[RoundResult]:
-        partial = [it for it in items if it.state is not None or it.round_budget is not None]
-        if partial and self.engine is None:
-            raise NotImplementedError("partial rollout (a round budget) needs the slot engine")
         out: list[RoundResult | None] = [None] * len(items)
         by_version: dict[tuple, list[int]] = defaultdict(list)
         for i, it in enumerate(items):
             by_version[(it.version, it.round_budget or 0, it.resume)].append(i)
         before = {i: _progress(it.state) for i, it in enumerate(items)}
-        kw = self._context_kw()
         for (version, budget, resume), idx in sorted(by_version.items()):
             episodes = [items[i].state or self._spec(items[i]) for i in idx]
             params, behaviour = self.params[version]
-            if self.engine is not None:
-                ro = EngineRollout(self.engine, self.codec, self.caps, episodes, **kw)
-                ro.run(params, behaviour, self.rng, self.pool, round_budget=budget, resume=resume)
-                self._add_totals(ro.metrics)
-            else:
-                ro = Rollout(self.sampler, self.codec, self.caps, episodes, pad_to=bucket(len(idx)), **kw)
-                ro.start(params, behaviour)
-                ro.advance(params, behaviour, self.rng)
+            ro = self._driver(episodes)
+            ro.run(params, behaviour, self.rng, self.pool, round_budget=budget, resume=resume)
+            self._add_totals(ro.metrics)
             for j, (i, row) in enumerate(zip(idx, ro.rows, strict=True)):
-                out[i] = self._result(row.result, before[i], getattr(ro, "paused", {}).get(j))
+                out[i] = self._result(row.result, before[i], ro.paused.get(j))
         return out  # type: ignore[return-value]
 
     @property
@@ -169,6 +160,14 @@ class SamplerWorker:
             ro.run(None, 0, self.rng, self.pool, feed=feed, on_done=done)
         finally:
             self._add_totals(ro.metrics)
+
+    def _driver(self, episodes: list) -> Driver:
+        """The rollout driver of this worker's rounds: the slot engine when it has one, else
+        lock-step Rollout padded to a bucket (one compiled shape per bucket)."""
+        if self.engine is not None:
+            return EngineRollout(self.engine, self.codec, self.caps, episodes, **self._context_kw())
+        pad = bucket(len(episodes))
+        return Rollout(self.sampler, self.codec, self.caps, episodes, pad_to=pad, **self._context_kw())
 
     def _context_kw(self) -> dict:
         return {} if self.context is None else {"context": self.context}
