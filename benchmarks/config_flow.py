@@ -7,9 +7,12 @@ Trains the smoke config (virtual clock, slot engine, checkpoints, evaluation) fo
 and then resumes it for one more, with a profiler on every thread. A *stop* is a call into an
 agentjax function that receives the run config or one of its sections (an argument that is a
 ``RunConfig``, a section dataclass, or a value holding one as ``.run``). A *place* is a module
-with at least one stop. A *climb* is a call from module B into module A where A is above B in
-the import graph (A imports B, directly or through other modules): the flow went down and is
-called back up, through a callback or an object handed down (imports alone cannot do that).
+with at least one stop. A *climb* is a call from unit B into unit A where A is above B in
+the architecture's import table (``tests/test_layering.py``: A may import B, directly or not; a
+unit is a subpackage or top-level module of agentjax): the flow went down and is called back
+up, through a callback or an object handed down (imports alone cannot do that). A stop's
+argument carries the config if it is one, or holds one within three attribute hops. Values the
+tagged-JSON decoder builds by their allow-listed names (a snapshot's restore) are not climbs.
 Climbs are counted as distinct (caller function, callee function) edges, among the stops and
 among all calls. Prints the figures and the climbs; writes
 ``benchmarks/results/config_flow.json``.
@@ -17,7 +20,6 @@ among all calls. Prints the figures and the climbs; writes
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import os
@@ -30,58 +32,48 @@ import typing
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import agentjax  # noqa: E402
 
-PKG = pathlib.Path(agentjax.__file__).parent
+def units_above() -> dict[str, set[str]]:
+    """unit -> every unit below it in the architecture's import table (``tests/test_layering.py``,
+    the tree's own): a call from a unit into one that may import it, directly or not, climbs."""
+    from tests.test_layering import ALLOWED, LEAVES  # noqa: PLC0415
 
+    below: dict[str, set[str]] = {}
 
-def _module(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    def walk(u):
+        if u not in below:
+            below[u] = set()
+            for v in ALLOWED.get(u, set()) | (set() if u in LEAVES else LEAVES):
+                below[u] |= {v} | walk(v)
+        return below[u]
 
-
-def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    mod = _module(path).split(".")
-    pkg = mod if path.name == "__init__.py" else mod[:-1]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(pkg[: len(pkg) - node.level + 1]) if node.level else ""
-            name = ".".join(x for x in (base, node.module) if x)
-            out |= {name} | {f"{name}.{a.name}" for a in node.names}
-    return {n for n in out if n in modules}
+    for u in ALLOWED:
+        walk(u)
+    return below
 
 
-def below() -> dict[str, set[str]]:
-    """module -> every module it imports, directly or transitively."""
-    files = {_module(p): p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts}
-    faces = {m for m, p in files.items() if p.name == "__init__.py"}  # re-exports, not a layer
-    direct = {m: _imports(p, set(files)) - {m} - faces for m, p in files.items()}
-    out: dict[str, set[str]] = {}
-
-    def walk(m, seen):
-        if m in out:
-            return out[m]
-        acc = set()
-        for n in direct[m]:
-            if n not in seen:
-                acc |= {n} | walk(n, seen | {n})
-        out[m] = acc
-        return acc
-
-    for m in direct:
-        walk(m, {m})
-    return out
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def _own(v) -> dict:
     """``v``'s instance attributes, read without running any of its code (no ``__getattr__``)."""
     try:
-        return object.__getattribute__(v, "__dict__")
+        d = object.__getattribute__(v, "__dict__")
     except (AttributeError, TypeError):
         return {}
+    return d if isinstance(d, dict) else {}
+
+
+def holds(v, kinds: set, depth: int = 3) -> bool:
+    """``v`` is the run config (or a section), or holds one within ``depth`` attribute hops
+    (a ``Parts`` holds ``.run``; a learner job holds ``.c.parts.run``)."""
+    if type(v) in kinds:
+        return True
+    if depth == 0 or isinstance(v, type | str | bytes | int | float):
+        return False
+    return any(holds(x, kinds, depth - 1) for x in _own(v).values())
 
 
 def section_types() -> set[type]:
@@ -107,7 +99,7 @@ def main(steps: int = 2) -> dict:
     from configs import smoke  # noqa: PLC0415
 
     kinds = section_types()
-    layers = below()
+    below = units_above()
     stops: list[tuple[str, str]] = []
     climbs: dict[tuple[str, str], bool] = {}  # (caller fn, callee fn) -> carried the config
     lock = threading.Lock()
@@ -115,8 +107,7 @@ def main(steps: int = 2) -> dict:
     def carries(frame) -> bool:
         code = frame.f_code
         for name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
-            v = frame.f_locals.get(name)
-            if type(v) in kinds or type(_own(v).get("run")) in kinds:
+            if holds(frame.f_locals.get(name), kinds):
                 return True
         return False
 
@@ -133,7 +124,9 @@ def main(steps: int = 2) -> dict:
         with lock:
             if with_config:
                 stops.append((callee, fn))
-            if caller.startswith("agentjax") and caller in layers.get(callee, ()):  # callee above caller
+            up, down = _unit(callee), _unit(caller)
+            built = frame.f_code.co_name == "__init__" and down == "tagjson"  # a decoder builds a value
+            if caller.startswith("agentjax") and up != down and down in below.get(up, ()) and not built:
                 key = (f"{caller}.{back.f_code.co_qualname}", fn)
                 climbs[key] = climbs.get(key, False) or with_config
 
