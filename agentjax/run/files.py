@@ -25,6 +25,7 @@ from agentjax.run import loopparts
 from agentjax.run.build import Composed, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
+from agentjax.tasks import model as task_model
 
 
 class WorkdirError(RuntimeError):
@@ -151,10 +152,10 @@ def snapshot_intact(path: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class RunFiles:
-    """Where a run's files are; ``writer``: this process writes them (several processes: process 0)."""
+    """A run's files in its workdir, written by this process (several processes: process 0; the
+    others get :class:`PeerFiles`, chosen once by :func:`run_files`)."""
 
     workdir: str
-    writer: bool
 
     @property
     def metrics(self) -> str:
@@ -172,6 +173,81 @@ class RunFiles:
     def reference(self) -> str:
         return os.path.join(self.workdir, "reference")
 
+    def clear_stale(self) -> None:
+        """A fresh run's start: metrics and journal of an earlier run that never reached a
+        checkpoint, and its reference policy, are removed."""
+        for stale in (self.metrics, self.journal):
+            if os.path.exists(stale):
+                os.remove(stale)
+        if os.path.isdir(self.reference):
+            shutil.rmtree(self.reference)
+
+    def write_config(self, cfg) -> None:
+        write_run_config(self.workdir, cfg)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        atomic_write(path, data)
+
+    def append_rows(self, rows: list[dict]) -> None:
+        write_rows(self.metrics, rows)
+
+    def append_journal(self, journal: Journal, records: list) -> None:
+        journal.append(records)
+
+    def prune_snapshots(self, kept) -> None:
+        durable.prune_snapshots(self.checkpoints, kept)  # with their checkpoints
+
+    def save_source(self, policy) -> None:
+        """What ``launch.export`` needs besides the weights (a HF policy's files)."""
+        if policy.hf_path:
+            task_model.save_source(policy, os.path.join(self.workdir, task_model.SOURCE_DIR))
+
+    def cut_back(self, text: str, torn: bool, journal: Journal, scan, journaled: int, log) -> None:
+        """A resume's repair: the metrics cut back to ``text`` and the journal to ``journaled``
+        records (dropping a torn tail)."""
+        with open(self.metrics) as f:
+            if f.read() != text:
+                atomic_write(self.metrics, text.encode())
+        if torn:
+            log(f"repaired {self.metrics}: dropped a torn last line")
+        if scan.torn:
+            log(f"repaired {journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
+        journal.truncate(journaled)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerFiles(RunFiles):
+    """Another process (process 0) writes the workdir: this one reads it, every write is a no-op."""
+
+    def clear_stale(self) -> None:
+        pass
+
+    def write_config(self, cfg) -> None:
+        pass
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        pass
+
+    def append_rows(self, rows: list[dict]) -> None:
+        pass
+
+    def append_journal(self, journal: Journal, records: list) -> None:
+        pass
+
+    def prune_snapshots(self, kept) -> None:
+        pass
+
+    def save_source(self, policy) -> None:
+        pass
+
+    def cut_back(self, text: str, torn: bool, journal: Journal, scan, journaled: int, log) -> None:
+        pass
+
+
+def run_files(workdir: str, process_index: int) -> RunFiles:
+    """The run's files, chosen once: process 0 writes them, every other process reads."""
+    return RunFiles(workdir) if process_index == 0 else PeerFiles(workdir)
+
 
 class JournalWriter:
     """Appends every newly completed trajectory once to the crash-safe journal; ``count``: the
@@ -179,7 +255,7 @@ class JournalWriter:
     real-time resume, whose scheduler counts from 0 again (journal submit indices go on)."""
 
     def __init__(self, files: RunFiles, count: int = 0, index_base: int = 0):
-        self.journal, self.writer = Journal(files.journal), files.writer
+        self.journal, self.files = Journal(files.journal), files
         self.count, self.index_base = count, index_base
         self._journaled: set[int] = set()
 
@@ -194,8 +270,7 @@ class JournalWriter:
         self._journaled.update(t.submit_index for t in done)
         if self.index_base:
             done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
-        if self.writer:
-            self.journal.append(done)
+        self.files.append_journal(self.journal, done)
         self.count += len(done)
 
 
@@ -255,15 +330,7 @@ def resume_run(c: Composed, files: RunFiles, params0, tx, clock, fresh_scheduler
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
-    if files.writer:  # one process writes the workdir's files (several processes: process 0)
-        with open(files.metrics) as f:
-            if f.read() != text:
-                atomic_write(files.metrics, text.encode())
-        if torn:
-            log(f"repaired {files.metrics}: dropped a torn last line")
-        if scan.torn:
-            log(f"repaired {journal.path}: dropped a torn tail at byte {scan.valid_bytes}")
-        journal.truncate(meta["journaled"])
+    files.cut_back(text, torn, journal, scan, meta["journaled"], log)
     evals = [json.loads(ln) for ln in text.splitlines()]
     evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
     log(f"resumed from step {step} ({ckdir})")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -197,7 +196,7 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
     """:func:`train` once the config, the parts and the workdir are checked (and locked)."""
     parts, run, worker = c.parts, c.parts.run, c.worker
     os.makedirs(workdir, exist_ok=True)
-    files = runfiles.RunFiles(workdir, jax.process_index() == 0)
+    files = runfiles.run_files(workdir, jax.process_index())
     wall0 = time.perf_counter()
     params0 = _initial_params(parts, c.placement)
     last_eval = resumed_at = None
@@ -257,8 +256,7 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
         if step % run.rl.eval_every == 0 or step == run.rl.steps:
             last_eval = evaluate_heldout(c, multihost.local_view(job.state.train.params), step)
             rows.append({"step": step, **last_eval})
-        if files.writer:
-            runfiles.write_rows(files.metrics, rows)
+        files.append_rows(rows)
         log(progress_line(rows, scheduler, c, last_eval, start, wall0))
         if run.checkpoint_every and (step % run.checkpoint_every == 0 or step == run.rl.steps):
             _checkpoint(files, clock, scheduler, tasks, job, journal, header, step)
@@ -270,8 +268,7 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
         summary["engine"] = worker.engine_report()
         worker.pool.close()
-    if files.writer:
-        runfiles.atomic_write(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
+    files.write_bytes(os.path.join(workdir, "summary.json"), json.dumps(summary, indent=1).encode())
     return summary
 
 
@@ -284,15 +281,9 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
             f"{files.checkpoints} already holds checkpoints: pass --resume to continue, "
             "or use a new --workdir"
         )
-    if files.writer:
-        for stale in (files.metrics, files.journal):
-            if os.path.exists(stale):
-                os.remove(stale)
-        if os.path.isdir(files.reference):  # left by a run that never reached a checkpoint
-            shutil.rmtree(files.reference)
-        runfiles.write_run_config(files.workdir, cfg)  # launch.eval --workdir evaluates this run
-        if parts.policy.hf_path:  # what launch.export needs besides the weights
-            task_model.save_source(parts.policy, os.path.join(files.workdir, task_model.SOURCE_DIR))
+    files.clear_stale()  # left by a run that never reached a checkpoint
+    files.write_config(cfg)  # launch.eval --workdir evaluates this run
+    files.save_source(parts.policy)  # a HF policy's files: what launch.export needs besides the weights
     demo = parts.suite.baseline()
     log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
     params, ws, curve = warm_start(parts, params0, log, c.placement.learner_mesh)
@@ -304,11 +295,10 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
         "rl_start_success": e0["eval/success"],
         "versions": resolved_versions(),
     }
-    if files.writer:
-        row0 = {"step": 0, "header": header, **e0}
-        if curve:  # TensorBoard's warm_start/nll, one point per warm-start step (tbevents)
-            row0[tbevents.WARM_START_CURVE] = curve
-        runfiles.write_rows(files.metrics, [row0])
+    row0 = {"step": 0, "header": header, **e0}
+    if curve:  # TensorBoard's warm_start/nll, one point per warm-start step (tbevents)
+        row0[tbevents.WARM_START_CURVE] = curve
+    files.append_rows([row0])
     train0 = multihost.globalize(init_train_state(params, c.learner.tx, run.seed), c.placement.learner_mesh)
     ref = None
     if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume
@@ -322,8 +312,7 @@ def _checkpoint(files, clock, scheduler, tasks, job: LearnerJob, journal, header
     ckdir = files.checkpoints
     os.makedirs(ckdir, exist_ok=True)
     blob = clock.checkpoint_blob(scheduler, tasks, journal.index_base)
-    if files.writer:
-        runfiles.atomic_write(durable.snapshot_path(ckdir, step), blob)
+    files.write_bytes(durable.snapshot_path(ckdir, step), blob)
     ckpt.save_checkpoint(
         ckdir,
         step,
@@ -337,8 +326,7 @@ def _checkpoint(files, clock, scheduler, tasks, job: LearnerJob, journal, header
         },
     )
     kept = ckpt.all_steps(ckdir)  # collective: orbax syncs every process here
-    if files.writer:
-        durable.prune_snapshots(ckdir, kept)  # with their checkpoints
+    files.prune_snapshots(kept)
 
 
 def resolved_versions() -> dict:
