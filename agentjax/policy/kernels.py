@@ -47,10 +47,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy import layers, ordered, pallas_attention, pallas_kernels
+from agentjax.policy import blockwise, layers, ordered, pallas_attention, pallas_kernels
 
 F64 = jnp.float64
 NEG_INF = -1e30
+# The Pallas attention's backward (the standard float32 gradient) attends blockwise from this
+# many keys on (policy/blockwise.py, FlashAttention-2's backward: O(T x block) memory): the full
+# score tensor of a 32k-token row is 128 GiB for Qwen3-8B. Below it, the full scores.
+PALLAS_GRAD_BLOCKWISE_FROM = 4096
+PALLAS_GRAD_BLOCK = 512
 
 
 def _log2_ceil(n: int) -> int:
@@ -434,7 +439,8 @@ def _grouped(q, k, q_pos, k_pos, k_valid, window):
 
 
 def _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap, slotted):
-    """:func:`attention` by the Pallas kernel (``window`` travels as an array argument)."""
+    """:func:`attention` by the Pallas kernel (``window`` travels as an array argument); its
+    gradient is the standard attention's, blockwise from ``PALLAS_GRAD_BLOCKWISE_FROM`` keys."""
     b, t, h, d = q.shape
     win = jnp.asarray(pallas_attention.FAR if window is None else window, jnp.int32)
 
@@ -446,6 +452,11 @@ def _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap
         return cast(o, v_.dtype)
 
     def standard(q_, k_, v_, qp, kp, kv, w):
+        if k_.shape[2] >= PALLAS_GRAD_BLOCKWISE_FROM:
+            o = blockwise.blockwise_attention(
+                q_, k_, v_, qp, kp, kv, window=w, scalar=scalar, cap=cap, block=PALLAS_GRAD_BLOCK
+            )
+            return o.astype(v_.dtype)
         qr, mask = _grouped(q_, k_, qp, kp, kv, w)
         o = _attention_standard(qr, k_, v_, mask, scalar, cap)
         return o.reshape(b, k_.shape[1], -1, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
