@@ -162,6 +162,7 @@ def _attention(q, k, v, q_pos, k_pos, k_valid, win, *, n_max, scalar, cap, slott
         out_specs=pl.BlockSpec((None, BQ, dp), lambda i, j, c: (i, j, 0)),
         scratch_shapes=scratch,
         interpret=interpret(),
+        compiler_params=PK.compiler_params(),
     )(qr, kv(k), kv(v), qp, qw, kp)
     out = out[:, :r, :d].reshape(b, hkv, g, t, d)
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
