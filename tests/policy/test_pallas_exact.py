@@ -221,25 +221,3 @@ def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
     assert text.count("tpu_custom_call") >= 10 and "f64" not in text
     mem = lowered.compile().memory_analysis()
     assert 0 < mem.argument_size_in_bytes < 1 << 20
-
-
-@pytest.mark.slow
-def test_the_exact_pallas_train_step_compiles_for_a_multi_chip_tpu():
-    """AOT, Mosaic: the learner's real train step (make_train_step with the pod loss) in
-    exact_pallas_f32 mode, tiny model, on all four chips of v5e:2x2 (fsdp 2 x tensor 2, rows
-    split over data x fsdp): every pallas_call sits in a shard_map, so the partitioner accepts
-    it (unwrapped: "Mosaic kernels cannot be automatically partitioned")."""
-    from agentjax.podcheck import aot, programs
-    from agentjax.sharding.rules import ShardingRules
-    from agentjax.sharding.topology import TopologyUnavailable, topology_devices
-
-    try:
-        devices = topology_devices("v5e:2x2")
-    except TopologyUnavailable as e:
-        pytest.skip(f"no TPU compiler: {e}")
-    rules = ShardingRules()
-    cfg = programs.mode_config(aot.pod_config(tiny_dense(), rules), "exact_pallas_f32")
-    mesh = aot.topology_mesh(devices, {"fsdp": 2, "tensor": 2})
-    with P.interpret_mode(False):
-        report, _, _ = aot.compile_train(cfg, mesh, rules, aot.Workload(train_batch=4, train_seq=64))
-    assert report.error is None and report.fits and report.n_chips == 4
