@@ -167,13 +167,18 @@ def estimate_train(name: str, cfg, n_chips: int, kind: str, per: int, seq: int) 
 
 def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int, resident: int = 0) -> float:
     """A rough prefill peak (bytes per chip): parameters over the parameter axes, the KV cache
-    and attention scores of ``per`` sequences per chip (prefill computes no logits; see
+    and attention scores of ``per`` sequences per chip (one key block of them where the
+    attention is blockwise; prefill computes no logits; see
     :data:`SAMPLE_RATIO` for how it compares with the compiled programs)."""
     split = mesh["fsdp"] * mesh["tensor"]
     size = jnp.dtype(cfg.pdtype).itemsize
     params = n_params(cfg) * size / (split * (mesh["expert"] if cfg.is_moe else 1))
     kv = 2 * cfg.n_layers * per * cache * cfg.n_kv_heads * cfg.head_dim * size / mesh["tensor"]
-    scores = per * cfg.n_heads * prompt * cache * 4 / mesh["tensor"]
+    # scores: the full tensor, or one block of keys at a time (fast mode's blockwise attention
+    # from attention_blockwise_from keys; the Pallas exact kernels always, by chunks of keys)
+    blockwise = cfg.invariant == "pallas" or (not cfg.exact and cache >= cfg.attention_blockwise_from)
+    keys = min(cache, cfg.attention_block) if blockwise else cache
+    scores = per * cfg.n_heads * prompt * keys * 4 / mesh["tensor"]
     return params + kv + scores + resident
 
 
