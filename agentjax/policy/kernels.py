@@ -141,7 +141,9 @@ def _dot_ordered(a, b, dims, out_dtype, dot=ordered.dot):
     fb = [i for i in range(b.ndim) if i not in cb and i not in bb]
     size = lambda x, axes: math.prod(x.shape[i] for i in axes)
     a3 = jnp.transpose(cast(a, jnp.float32), (*ba, *fa, *ca)).reshape(size(a, ba), size(a, fa), size(a, ca))
-    b3 = jnp.transpose(cast(b, jnp.float32), (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
+    if not (dot is pallas_kernels.batched_matmul and b.dtype == jnp.bfloat16):
+        b = cast(b, jnp.float32)  # the Pallas kernel takes bf16 weights (half the gathered bytes)
+    b3 = jnp.transpose(b, (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
     out = dot(a3, b3).reshape(*(a.shape[i] for i in (*ba, *fa)), *(b.shape[i] for i in fb))
     return cast(out, out_dtype)
 
@@ -150,14 +152,15 @@ def dot_general(a, b, dims, *, k_max: int | None = None, kind: str = "exact_sum"
     """``lax.dot_general(a, b, dims)`` with the batch-invariant kernels ``kind`` (see the
     module doc; ``k_max`` bounds the contraction length of the exact-sum grids), in ``a``'s dtype."""
     dt = a.dtype
-    b = cast(b, dt)
+    if not (kind == "pallas" and b.dtype == jnp.bfloat16):
+        b = cast(b, dt)  # (a bf16 b is exact in any dtype: the Pallas kernel widens each block)
     if kind == "ordered":
         exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt)
     elif kind == "pallas":
         exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt, pallas_kernels.batched_matmul)
     else:
         exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
-    standard = lambda a_, b_: jax.lax.dot_general(a_, b_, dims).astype(dt)
+    standard = lambda a_, b_: jax.lax.dot_general(a_, b_.astype(dt), dims).astype(dt)
     return _with_standard_grad(exact, standard)(a, b)
 
 

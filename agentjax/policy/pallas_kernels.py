@@ -9,7 +9,9 @@ same shape whatever the number of rows ``M``, so an output element's sum is a fu
 own row and column only: the row of an ``M = 1`` product is the same row of an ``M = 37`` one.
 
 * :func:`matmul` / :func:`batched_matmul`: ``[G, M, K] x [G, K, N]``, output tiles ``BM x BN``,
-  K in blocks of :data:`BK` (zero padding adds exact zeros).
+  K in blocks of :data:`BK` (zero padding adds exact zeros). bf16 weights enter the kernel as
+  bf16 and each block is widened to float32 there (exact), so a gathered weight (the LM head on
+  every chip of an FSDP mesh: 1.2 GiB in bf16) is not copied in float32 first.
 * :func:`rms_norm`: the mean square accumulated over :data:`BD`-wide column blocks, one lane
   reduction at the end.
 * :func:`log_softmax` / :func:`softmax` over the vocabulary: the row max (exact in any order),
@@ -203,7 +205,7 @@ def _call(kernel, out_shape, grid, in_specs, out_specs):
 def _mm_kernel(x_ref, w_ref, o_ref, *, bk: int):
     def body(j, acc):
         k0 = pl.multiple_of(j * bk, bk)
-        xb, wb = x_ref[:, pl.ds(k0, bk)], w_ref[pl.ds(k0, bk), :]
+        xb, wb = x_ref[:, pl.ds(k0, bk)], w_ref[pl.ds(k0, bk), :].astype(F32)  # bf16 -> f32: exact
         return acc + jnp.dot(xb, wb, preferred_element_type=F32, precision=HIGHEST)
 
     n_blocks = x_ref.shape[-1] // bk
@@ -239,7 +241,8 @@ def _batched_matmul(x, w):
     bk = BK
     mp, kp, np_ = -(-m // BM) * BM, span(k, bk), span(n, BN)
     x = pad_to(pad_to(x.astype(F32), 1, mp), 2, kp)
-    w = pad_to(pad_to(w.astype(F32), 1, kp), 2, np_)
+    w = w if w.dtype == jnp.bfloat16 else w.astype(F32)  # bf16 weights are widened per block
+    w = pad_to(pad_to(w, 1, kp), 2, np_)
     out = _call(
         functools.partial(_mm_kernel, bk=bk),
         jax.ShapeDtypeStruct((g, mp, np_), F32),
