@@ -61,7 +61,7 @@ _TOKENS = flags.DEFINE_list(
     "tokens",
     [],
     "sequence lengths, one row each (train seq = sampler cache = tokens, prompt = tokens / 2; "
-    "the candidates of TOKEN_LEARNER / TOKEN_SAMPLER); empty: the candidate search over lengths",
+    "the candidates of TOKEN_LEARNER / TOKEN_SAMPLER); 0 or empty: the candidate search over lengths",
 )
 _NOTES = flags.DEFINE_string(
     "notes", "benchmarks/results/pod_fit_notes.md", "markdown appended after the table (if it exists)"
@@ -511,7 +511,7 @@ def main(argv):
     if _CACHE.value and os.path.exists(_CACHE.value):
         with open(_CACHE.value) as f:
             cache = json.load(f)
-    lengths = [int(x) for x in _TOKENS.value] or [None]
+    lengths = [int(x) or None for x in _TOKENS.value] or [None]  # 0: the candidate search
     grid = [
         (n, t, p, m, k)
         for n in FULL["presets"]
