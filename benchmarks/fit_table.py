@@ -8,8 +8,12 @@ For every (preset, topology, placement, mode) the real programs (``aot.compile_t
 learner's ``make_train_step`` with ``aot.POD_LOSS``; ``aot.compile_sampler``: the sampler's
 prefill and decode) are compiled with the real TPU compiler (libtpu, no TPU needed) for each
 candidate setting in order; the first candidate that fits is recorded, with a roofline estimate
-of each step (``agentjax/sharding/roofline.py``). Modes are ``programs.MODES``: fast, exact_bf16,
-exact_f32. The flags select a subset; ``--cache`` keeps every finished case, so the full table
+of each step (``agentjax/sharding/roofline.py``). Modes are ``programs.MODES`` (default: fast,
+exact_pallas_bf16, exact_pallas_f32, the exact modes that compile for TPU; traced with
+``interpret=False``). ``--tokens=8192,32768`` makes one row per length (train sequence = sampler
+cache = the length, prompt = half; ``TOKEN_LEARNER`` / ``TOKEN_SAMPLER`` candidates vary only
+the mesh and the sequences per shard). ``--notes`` appends a markdown file after the table.
+The flags select a subset; ``--cache`` keeps every finished case, so the full table
 is built over several runs and the document lists the cases not compiled yet. The first
 candidate that fits is not necessarily the largest setting that would. Candidates differ in
 mesh (FSDP / tensor / expert degree), batch, sequence length and microbatches, largest first;
@@ -38,16 +42,30 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from agentjax.podcheck import aot, programs  # noqa: E402
+from agentjax.policy import pallas_kernels  # noqa: E402
 from agentjax.policy.presets import n_params, preset  # noqa: E402
 from agentjax.sharding.rules import ShardingError, ShardingRules  # noqa: E402
 
 _PRESETS = flags.DEFINE_list("presets", ["qwen3_8b", "qwen3_32b", "qwen3_30b_a3b"], "presets")
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v5e:16x16", "v5p:4x4x4", "v6e:8x8"], "topologies")
 _PLACEMENTS = flags.DEFINE_list("placements", ["colocated", "disaggregated"], "placements")
-_MODES = flags.DEFINE_list("modes", list(programs.MODES), "kernel modes (programs.MODES)")
+_MODES = flags.DEFINE_list(
+    "modes",
+    ["fast", "exact_pallas_bf16", "exact_pallas_f32"],
+    "kernel modes (programs.MODES; the exact modes that compile for TPU are the Pallas ones)",
+)
 _OUT = flags.DEFINE_string("out", "docs/pod_fit.md", "markdown output")
 _CACHE = flags.DEFINE_string("cache", None, "JSON file of finished cases (read and extended)")
 _RENDER_ONLY = flags.DEFINE_bool("render_only", False, "only render the cases in --cache")
+_TOKENS = flags.DEFINE_list(
+    "tokens",
+    [],
+    "sequence lengths, one row each (train seq = sampler cache = tokens, prompt = tokens / 2; "
+    "the candidates of TOKEN_LEARNER / TOKEN_SAMPLER); 0 or empty: the candidate search over lengths",
+)
+_NOTES = flags.DEFINE_string(
+    "notes", "benchmarks/results/pod_fit_notes.md", "markdown appended after the table (if it exists)"
+)
 
 # Learner candidates: (mesh, sequences per batch shard, train seq, microbatches), largest first.
 LEARNER = {
@@ -79,6 +97,41 @@ SAMPLER = {
 }
 # Colocated sampler shares the learner's mesh: (sequences per batch shard, prompt, cache).
 COLOCATED_SAMPLER = [(4, 2048, 8192), (2, 1024, 4096), (1, 1024, 2048)]
+
+
+# Rows at a fixed length (--tokens=8192,32768): the sequence length is the row's, only the mesh
+# and the sequences per shard vary. Learner: (mesh, sequences per batch shard, microbatches).
+TOKEN_LEARNER = {
+    "dense": [({"fsdp": -1}, 1, 1), ({"fsdp": -1, "tensor": 4}, 1, 1), ({"fsdp": -1, "tensor": 8}, 1, 1)],
+    "moe": [({"fsdp": -1}, 1, 1), ({"fsdp": -1, "expert": 8}, 1, 1)],
+}
+# Sampler: (disaggregated mesh, sequences per batch shard); colocated: sequences per shard.
+TOKEN_SAMPLER = {
+    "dense": [({"data": -1, "tensor": 8}, 4), ({"data": -1, "tensor": 8}, 1)],
+    "moe": [({"data": -1, "tensor": 4, "expert": 8}, 4), ({"data": -1, "tensor": 4, "expert": 8}, 1)],
+}
+TOKEN_COLOCATED = [2, 1]
+
+
+def learner_candidates(kind: str, tokens: int | None):
+    """(mesh, sequences per shard, train seq, microbatches), largest first."""
+    if not tokens:
+        return LEARNER[kind]
+    return [(m, per, tokens, mb) for m, per, mb in TOKEN_LEARNER[kind]]
+
+
+def sampler_candidates(kind: str, tokens: int | None):
+    """Disaggregated sampler (mesh, sequences per shard, prompt, cache), largest first."""
+    if not tokens:
+        return SAMPLER[kind]
+    return [(m, per, tokens // 2, tokens) for m, per in TOKEN_SAMPLER[kind]]
+
+
+def colocated_candidates(tokens: int | None):
+    """Colocated sampler (sequences per shard, prompt, cache), largest first."""
+    if not tokens:
+        return COLOCATED_SAMPLER
+    return [(per, tokens // 2, tokens) for per in TOKEN_COLOCATED]
 
 
 # Estimates, to skip compiles that cannot fit. Train: parameter state (parameters, gradients,
@@ -114,19 +167,24 @@ def estimate_train(name: str, cfg, n_chips: int, kind: str, per: int, seq: int) 
 
 def estimate_sample(cfg, mesh: dict[str, int], per: int, prompt: int, cache: int, resident: int = 0) -> float:
     """A rough prefill peak (bytes per chip): parameters over the parameter axes, the KV cache
-    and attention scores of ``per`` sequences per chip (prefill computes no logits; see
+    and attention scores of ``per`` sequences per chip (one key block of them where the
+    attention is blockwise; prefill computes no logits; see
     :data:`SAMPLE_RATIO` for how it compares with the compiled programs)."""
     split = mesh["fsdp"] * mesh["tensor"]
     size = jnp.dtype(cfg.pdtype).itemsize
     params = n_params(cfg) * size / (split * (mesh["expert"] if cfg.is_moe else 1))
     kv = 2 * cfg.n_layers * per * cache * cfg.n_kv_heads * cfg.head_dim * size / mesh["tensor"]
-    scores = per * cfg.n_heads * prompt * cache * 4 / mesh["tensor"]
+    # scores: the full tensor, or one block of keys at a time (fast mode's blockwise attention
+    # from attention_blockwise_from keys; the Pallas exact kernels always, by chunks of keys)
+    blockwise = cfg.invariant == "pallas" or (not cfg.exact and cache >= cfg.attention_blockwise_from)
+    keys = min(cache, cfg.attention_block) if blockwise else cache
+    scores = per * cfg.n_heads * prompt * keys * 4 / mesh["tensor"]
     return params + kv + scores + resident
 
 
-def _fit_learner(name, cfg, devices, kind, rules, tried):
+def _fit_learner(name, cfg, devices, kind, rules, tried, tokens=None):
     hbm = aot.chip_hbm_bytes(devices[0])
-    for mesh_spec, per, seq, mb in LEARNER[kind]:
+    for mesh_spec, per, seq, mb in learner_candidates(kind, tokens):
         mesh = aot.topology_mesh(devices, mesh_spec)
         shape = dict(mesh.shape)
         work = aot.Workload(train_batch=_shards(shape) * per * mb, train_seq=seq, microbatches=mb)
@@ -217,8 +275,10 @@ def run_case(
     mode: str = "fast",
     save=lambda row: None,
     prior: dict | None = None,
+    tokens: int | None = None,
 ) -> dict:
-    """Finds the first fitting learner and sampler setting; returns a table row.
+    """Finds the first fitting learner and sampler setting; returns a table row (``tokens``:
+    the row's fixed sequence length, see :data:`TOKEN_LEARNER`).
 
     ``save`` gets the partial row (learner only) before the sampler is compiled; a partial
     ``prior`` row is continued from there (its learner is not compiled again).
@@ -236,6 +296,7 @@ def run_case(
         "mode": mode,
         "kind": devices[0].device_kind,
         "hbm": aot.chip_hbm_bytes(devices[0]),
+        "tokens": tokens,
     }
     l_dev = s_dev = devices
     if placement == "disaggregated":
@@ -247,7 +308,7 @@ def run_case(
         tried = row["tried"]
         l_mesh, l_work, _, p_sh, opt_bytes = _learner_from(prior, cfg, l_dev, rules)
     else:
-        learner = _fit_learner(name, cfg, l_dev, kind, rules, tried)
+        learner = _fit_learner(name, cfg, l_dev, kind, rules, tried, tokens)
         if learner is None:
             return {**row, "fits": False, "why": "no learner candidate fits"}
         l_mesh, l_work, train, p_sh, opt_bytes = learner
@@ -262,11 +323,16 @@ def run_case(
         )
         save({**row, "fits": False, "partial": True, "why": "sampler not compiled yet"})
     if placement == "colocated":
-        cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in COLOCATED_SAMPLER]
+        cands = [(dict(l_mesh.shape), per, p, c) for per, p, c in colocated_candidates(tokens)]
         sampler = _fit_sampler(cfg, cands, rules, lambda s: l_mesh, tried, placement, p_sh, opt_bytes)
     else:
         sampler = _fit_sampler(
-            cfg, SAMPLER[kind], rules, lambda s: aot.topology_mesh(s_dev, s), tried, placement
+            cfg,
+            sampler_candidates(kind, tokens),
+            rules,
+            lambda s: aot.topology_mesh(s_dev, s),
+            tried,
+            placement,
         )
     if sampler is None:
         return {**row, "fits": False, "why": "no sampler candidate fits"}
@@ -309,8 +375,11 @@ parameter dtype), the NaN/Inf guard and gradient accumulation over the row's mic
 `make_batch` layout (MoE: with the sampler's routes replayed). Sampler: prefill is `extend` (a
 prompt into an empty state; no logits), decode is `generate` (its `while_loop` of decode steps).
 Modes (`agentjax/podcheck/programs.py`): fast = the preset (bf16 body, float32 LM head);
-exact_bf16 / exact_f32 = batch-invariant kernels (`exact_tile=8`) in bf16 / float32 (the exact
-rows below were compiled with `exact_kernels="tiled"`, before `exact_sum` became the default).
+exact_pallas_bf16 / exact_pallas_f32 = exact mode's batch-invariant Pallas kernels
+(`exact_kernels="pallas"`, Mosaic, each kernel in a `shard_map` over the mesh) in bf16 /
+float32; exact_bf16 / exact_f32 rows (if any) were compiled with `exact_kernels="tiled"`.
+Rows marked "Nk tokens" fix the sequence length: train sequence = sampler cache = N k, prompt =
+half of it.
 Per-chip peak = arguments + outputs - donated aliases + temporaries + generated code (+ the
 optimizer state and KL reference kept resident while a colocated sampler runs). Candidates are
 tried in a fixed order (`LEARNER`, `SAMPLER`, `COLOCATED_SAMPLER` in the script), largest
@@ -351,7 +420,8 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
         topo = f"{r['topology']} ({r['chips']} x {r['kind']}, {r['hbm'] // aot.GiB} GiB)"
         head = (
             f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} "
-            f"| {r['placement']} | {r.get('mode', 'fast')} "
+            f"| {r['placement']} | {r.get('mode', 'fast')}"
+            + (f", {r['tokens'] // 1024}k tokens " if r.get("tokens") else " ")
         )
         if "learner_mesh" not in r:
             lines.append(head + f"| - | - | - | - | - | - | - | - | no: {r['why']} |")
@@ -409,17 +479,29 @@ FULL = {
 }
 
 
+def case_key(name: str, topology: str, placement: str, mode: str, tokens: int | None = None) -> str:
+    return f"{name}|{topology}|{placement}|{mode}" + (f"|{tokens}" if tokens else "")
+
+
+def _case_str(name, topology, placement, mode, tokens=None) -> str:
+    return f"{name} on {topology}, {placement}, {mode}" + (f", {tokens} tokens" if tokens else "")
+
+
 def write(cache: dict, grid) -> None:
     """Renders every case of ``grid`` that ``cache`` holds; lists the others as not compiled."""
     rows, missing = [], []
-    for name, topology, placement, mode in grid:
-        key = f"{name}|{topology}|{placement}|{mode}"
+    for case in grid:
+        key = case_key(*case)
         if key in cache:
             rows.append(cache[key])
         else:
-            missing.append(f"{name} on {topology}, {placement}, {mode}")
+            missing.append(_case_str(*case))
+    text = markdown(rows, missing)
+    if _NOTES.value and os.path.exists(_NOTES.value):
+        with open(_NOTES.value) as f:
+            text += "\n" + f.read()
     with open(_OUT.value, "w") as f:
-        f.write(markdown(rows, missing))
+        f.write(text)
 
 
 def main(argv):
@@ -429,22 +511,25 @@ def main(argv):
     if _CACHE.value and os.path.exists(_CACHE.value):
         with open(_CACHE.value) as f:
             cache = json.load(f)
+    lengths = [int(x) or None for x in _TOKENS.value] or [None]  # 0: the candidate search
     grid = [
-        (n, t, p, m)
+        (n, t, p, m, k)
         for n in FULL["presets"]
+        for k in lengths
         for t in FULL["topologies"]
         for p in FULL["placements"]
         for m in FULL["modes"]
     ]
     chosen = [
-        (n, t, p, m)
+        (n, t, p, m, k)
         for n in _PRESETS.value
+        for k in lengths
         for t in _TOPOLOGIES.value
         for p in _PLACEMENTS.value
         for m in _MODES.value
     ]
-    for name, topology, placement, mode in [] if _RENDER_ONLY.value else chosen:
-        key = f"{name}|{topology}|{placement}|{mode}"
+    for name, topology, placement, mode, tokens in [] if _RENDER_ONLY.value else chosen:
+        key = case_key(name, topology, placement, mode, tokens)
         if key in cache and not cache[key].get("partial"):
             continue
 
@@ -455,7 +540,8 @@ def main(argv):
                     json.dump(cache, f, indent=1)
 
         _log(key)
-        save(run_case(name, topology, placement, mode, save, prior=cache.get(key)))
+        with pallas_kernels.interpret_mode(False):  # Mosaic, not the host's interpreter
+            save(run_case(name, topology, placement, mode, save, prior=cache.get(key), tokens=tokens))
         write(cache, grid + [c for c in chosen if c not in grid])
     write(cache, grid + [c for c in chosen if c not in grid])
     _log(f"wrote {_OUT.value}")

@@ -47,10 +47,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy import layers, ordered, pallas_attention, pallas_kernels
+from agentjax.policy import blockwise, layers, ordered, pallas_attention, pallas_kernels
 
 F64 = jnp.float64
 NEG_INF = -1e30
+# The Pallas attention's backward (the standard float32 gradient) attends blockwise from this
+# many keys on (policy/blockwise.py, FlashAttention-2's backward: O(T x block) memory): the full
+# score tensor of a 32k-token row is 128 GiB for Qwen3-8B. Below it, the full scores.
+PALLAS_GRAD_BLOCKWISE_FROM = 4096
+PALLAS_GRAD_BLOCK = 512
 
 
 def _log2_ceil(n: int) -> int:
@@ -136,7 +141,9 @@ def _dot_ordered(a, b, dims, out_dtype, dot=ordered.dot):
     fb = [i for i in range(b.ndim) if i not in cb and i not in bb]
     size = lambda x, axes: math.prod(x.shape[i] for i in axes)
     a3 = jnp.transpose(cast(a, jnp.float32), (*ba, *fa, *ca)).reshape(size(a, ba), size(a, fa), size(a, ca))
-    b3 = jnp.transpose(cast(b, jnp.float32), (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
+    if not (dot is pallas_kernels.batched_matmul and b.dtype == jnp.bfloat16):
+        b = cast(b, jnp.float32)  # the Pallas kernel takes bf16 weights (half the gathered bytes)
+    b3 = jnp.transpose(b, (*bb, *cb, *fb)).reshape(size(b, bb), size(b, cb), size(b, fb))
     out = dot(a3, b3).reshape(*(a.shape[i] for i in (*ba, *fa)), *(b.shape[i] for i in fb))
     return cast(out, out_dtype)
 
@@ -145,14 +152,15 @@ def dot_general(a, b, dims, *, k_max: int | None = None, kind: str = "exact_sum"
     """``lax.dot_general(a, b, dims)`` with the batch-invariant kernels ``kind`` (see the
     module doc; ``k_max`` bounds the contraction length of the exact-sum grids), in ``a``'s dtype."""
     dt = a.dtype
-    b = cast(b, dt)
+    if not (kind == "pallas" and b.dtype == jnp.bfloat16):
+        b = cast(b, dt)  # (a bf16 b is exact in any dtype: the Pallas kernel widens each block)
     if kind == "ordered":
         exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt)
     elif kind == "pallas":
         exact = lambda a_, b_: _dot_ordered(a_, b_, dims, dt, pallas_kernels.batched_matmul)
     else:
         exact = lambda a_, b_: _dot_exact(a_, b_, dims, k_max, dt)
-    standard = lambda a_, b_: jax.lax.dot_general(a_, b_, dims).astype(dt)
+    standard = lambda a_, b_: jax.lax.dot_general(a_, b_.astype(dt), dims).astype(dt)
     return _with_standard_grad(exact, standard)(a, b)
 
 
@@ -434,7 +442,8 @@ def _grouped(q, k, q_pos, k_pos, k_valid, window):
 
 
 def _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap, slotted):
-    """:func:`attention` by the Pallas kernel (``window`` travels as an array argument)."""
+    """:func:`attention` by the Pallas kernel (``window`` travels as an array argument); its
+    gradient is the standard attention's, blockwise from ``PALLAS_GRAD_BLOCKWISE_FROM`` keys."""
     b, t, h, d = q.shape
     win = jnp.asarray(pallas_attention.FAR if window is None else window, jnp.int32)
 
@@ -446,6 +455,11 @@ def _attention_pallas(q, k, v, q_pos, k_pos, k_valid, n_max, window, scalar, cap
         return cast(o, v_.dtype)
 
     def standard(q_, k_, v_, qp, kp, kv, w):
+        if k_.shape[2] >= PALLAS_GRAD_BLOCKWISE_FROM:
+            o = blockwise.blockwise_attention(
+                q_, k_, v_, qp, kp, kv, window=w, scalar=scalar, cap=cap, block=PALLAS_GRAD_BLOCK
+            )
+            return o.astype(v_.dtype)
         qr, mask = _grouped(q_, k_, qp, kp, kv, w)
         o = _attention_standard(qr, k_, v_, mask, scalar, cap)
         return o.reshape(b, k_.shape[1], -1, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)

@@ -23,6 +23,8 @@ never reads an ambient ``jax.set_mesh``).
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +32,7 @@ from jax.sharding import AbstractMesh, Mesh
 
 from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
+from agentjax.policy import pallas_kernels
 from agentjax.policy.attention import init_cache, stack_cache, unstack_cache
 from agentjax.policy.config import ModelConfig, ValueHead
 from agentjax.policy.params import (
@@ -158,14 +161,24 @@ def forward(
     check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
-    x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh)
-    logits = _head(c, params, x, b, t, logits_at)
+    with kernel_mesh(c, mesh):
+        x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh)
+        logits = _head(c, params, x, b, t, logits_at)
     aux = {}
     if c.is_moe:
         aux.update(_moe_aux(c, chosen, probs, b, t))
     if c.value_head == ValueHead.SHARED:
         aux["values"] = _value(x, params["value_head"]).reshape(b, t)
     return logits, new_cache, aux
+
+
+def kernel_mesh(c: ModelConfig, mesh):
+    """The context the Pallas kernels of exact mode partition in: ``mesh`` with the rows split
+    like ``c.activation_rows`` (``pallas_kernels.on_mesh``); nothing for other kernels or
+    without a mesh (an enclosing ``on_mesh`` stays in force)."""
+    if c.invariant != "pallas" or mesh is None:
+        return contextlib.nullcontext()
+    return pallas_kernels.on_mesh(mesh, c.activation_rows)
 
 
 def critic_values(params, tokens, positions, *, config: ModelConfig, mesh=None):
@@ -178,5 +191,6 @@ def critic_values(params, tokens, positions, *, config: ModelConfig, mesh=None):
     if config.value_head != ValueHead.SEPARATE:
         raise ValueError("critic_values needs value_head 'shared' or 'separate'; got 'none'")
     cc = critic_config(config)
-    x, _, _, _ = trunk(cc, params["critic"], tokens, positions, None, None, Layout.STACKED, mesh)
+    with kernel_mesh(cc, mesh):
+        x, _, _, _ = trunk(cc, params["critic"], tokens, positions, None, None, Layout.STACKED, mesh)
     return _value(x, params["critic"]["value_head"]).reshape(tokens.shape)

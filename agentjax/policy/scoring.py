@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import token_logprobs_from_logits
-from agentjax.policy.model import Layout, check_token_ids, forward
+from agentjax.policy.model import Layout, check_token_ids, forward, kernel_mesh
 
 
 def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:
@@ -52,9 +52,10 @@ def _score(params, tokens, positions, routes, config: ModelConfig, transform, me
     logits, _, aux = forward(
         params, tokens, positions, config=config, routes=routes, layout=Layout.STACKED, mesh=mesh
     )
-    lp, raw = token_logprobs_from_logits(
-        logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.invariant
-    )
+    with kernel_mesh(config, mesh):  # the log-softmax kernel partitions like the model's
+        lp, raw = token_logprobs_from_logits(
+            logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.invariant
+        )
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
     return out, aux.get("routes")

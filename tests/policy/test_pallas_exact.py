@@ -108,6 +108,90 @@ def test_tiny_model_sampler_and_learner_agree_bitwise(dtype):
     assert n_tokens >= 40
 
 
+def _mesh(shape, names):
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
+
+
+def _call_on_mesh(fn, mesh, rows, args):
+    """``fn(*args)`` jitted inside ``on_mesh(mesh, rows)``, even-length inputs placed split on
+    the first mesh axis; asserts the kernels were wrapped in a shard_map."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as Spec
+
+    def on_mesh(*a):
+        with P.on_mesh(mesh, rows):
+            return fn(*a)
+
+    first = mesh.axis_names[0]
+    placed = lambda a: jax.device_put(a, NamedSharding(mesh, Spec(first, *([None] * (a.ndim - 1)))))
+    args = tuple(placed(a) if a.shape[0] % 2 == 0 else a for a in args)
+    assert "shard_map" in str(jax.make_jaxpr(on_mesh)(*args))
+    return jax.jit(on_mesh)(*args)
+
+
+def test_kernels_on_a_mesh_give_the_unpartitioned_bits():
+    """On 8 CPU devices (data 2 x fsdp 2 x tensor 2, and fsdp 2 x expert 2 x tensor 2), each
+    kernel wrapped in its shard_map (rows over the row axes, matmul columns and kv heads over
+    tensor, groups over expert; inputs placed sharded) equals the unwrapped kernel bitwise, with
+    row counts the split does not divide (37 rows). The attention spans two key chunks
+    (600 slots: chunks of KV_CHUNK = 512), and equals the one-chunk kernel bitwise too."""
+    x, w, s, z = normal(37, 300), normal(300, 256), normal(300), normal(37, 200)
+    xg, wg = normal(4, 13, 40), normal(4, 40, 130)
+    b, t, h, hkv, d, n = 4, 7, 4, 2, 8, 600
+    q, k, v = normal(b, t, h, d), normal(b, hkv, t, d), normal(b, hkv, t, d)
+    pos = jnp.asarray(R.integers(0, 20, (b, t)), jnp.int32)
+    valid = jnp.asarray(R.random((b, t)) < 0.8)
+    cases = {
+        "matmul": (P.matmul, (x, w)),
+        "batched_matmul": (P.batched_matmul, (xg, wg)),
+        "rms_norm": (lambda a, c: P.rms_norm(a, c, 1e-6), (x, s)),
+        "log_softmax": (P.log_softmax, (z,)),
+        "softmax": (P.softmax, (z,)),
+        "elementwise": (lambda a, c: P.elementwise(lambda u, y: u * y + jnp.tanh(u), a, c), (z, z)),
+        "attention": (
+            lambda *a: PA.attention(*a, n_max=n, window=5),
+            (q, k, v, pos, pos, valid),
+        ),
+    }
+    want = {name: jax.jit(fn)(*args) for name, (fn, args) in cases.items()}
+    for shape, names in (((2, 2, 2), ("data", "fsdp", "tensor")), ((2, 2, 2), ("fsdp", "expert", "tensor"))):
+        mesh = _mesh(shape, names)
+        rows = tuple(a for a in names if a != "tensor")
+        for name, (fn, args) in cases.items():
+            got = _call_on_mesh(fn, mesh, rows, args)
+            np.testing.assert_array_equal(got, want[name], err_msg=f"{name} on {names}")
+    one_chunk = PA.KV_CHUNK
+    try:
+        PA.KV_CHUNK = 1 << 20
+        fn, args = cases["attention"]
+        np.testing.assert_array_equal(jax.jit(lambda *a: fn(*a))(*args), want["attention"])
+    finally:
+        PA.KV_CHUNK = one_chunk
+
+
+def test_tiny_model_on_a_mesh_gives_the_unpartitioned_log_probs():
+    """The tiny model's exact log-probs (teacher-forced, rows split over data x fsdp, weights
+    sharded by the default rules, tensor 2) on 8 CPU devices equal the single-device ones bitwise."""
+    from agentjax.policy.scoring import token_logprobs
+    from agentjax.sharding.rules import ShardingRules, param_shardings
+
+    cfg = tiny_dense(exact_tile=4, exact_kernels="pallas", max_seq_len=16)
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jnp.asarray(R.integers(0, cfg.vocab_size, (4, 12)), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), tokens.shape)
+    want = jax.jit(lambda p, t_, q_: token_logprobs(p, t_, q_, config=cfg))(params, tokens, positions)
+    mesh = _mesh((2, 2, 2), ("data", "fsdp", "tensor"))
+    sharded_cfg = cfg.replace(activation_rows=("data", "fsdp"))
+    sharded = jax.device_put(params, param_shardings(params, mesh, ShardingRules()))
+    got = jax.jit(lambda p, t_, q_: token_logprobs(p, t_, q_, config=sharded_cfg, mesh=mesh))(
+        sharded, tokens, positions
+    )
+    for a, r in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, r)
+
+
 @pytest.mark.slow
 def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
     """AOT, Mosaic (interpret=False): the tiny model's exact-mode log-prob value and gradient

@@ -196,8 +196,8 @@ def test_cli_rejects_unknown_mode_and_loss_field(devices, capsys):
     cfg.modes = "fast,fastest"
     assert compile_check.run(cfg, TOPOLOGY) == 2
     assert (
-        "mode='fastest' is invalid; allowed values: ['fast', 'exact_bf16', 'exact_f32']"
-        in capsys.readouterr().err
+        "mode='fastest' is invalid; allowed values: ['fast', 'exact_bf16', 'exact_f32', "
+        "'exact_pallas_bf16', 'exact_pallas_f32']" in capsys.readouterr().err
     )
     cfg = _tiny_cfg()
     cfg.loss.filter = "sometimes"
@@ -219,3 +219,21 @@ def test_cli_exits_nonzero_when_it_does_not_fit(devices, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert "DOES NOT FIT" in out and "mu['layers']['w_up'] (9.00 GiB)" in out
     assert "DOES NOT FIT on v5e:2x2: fast/colocated/train" in err
+
+
+def test_the_exact_pallas_train_step_compiles_on_all_chips(devices):
+    """Mosaic (interpret=False): the learner's real train step (make_train_step, the pod loss)
+    in exact_pallas_f32 mode, tiny model, on all four chips of v5e:2x2 (fsdp 2 x tensor 2, rows
+    over data x fsdp). Every pallas_call sits in a shard_map over the mesh (pallas_kernels.
+    on_mesh); unwrapped, the partitioner refuses it ("Mosaic kernels cannot be automatically
+    partitioned")."""
+    from agentjax.podcheck import programs
+    from agentjax.policy import pallas_kernels
+
+    rules = ShardingRules()
+    cfg = programs.mode_config(aot.pod_config(tiny_dense(), rules), "exact_pallas_f32")
+    mesh = aot.topology_mesh(devices, {"fsdp": 2, "tensor": 2})
+    with pallas_kernels.interpret_mode(False):
+        report, _, _ = aot.compile_train(cfg, mesh, rules, WORK)
+    _check_real(report, 4)
+    assert report.collectives["all-gather"] > 0  # the weights gathered over fsdp for the kernels
