@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from agentjax.learner.objective import LossConfig
 from agentjax.learner.step import TrainState, make_train_step
 from agentjax.policy.config import ModelConfig
-from agentjax.policy.model import abstract_params, kernel_mesh
+from agentjax.policy.model import abstract_params
 from agentjax.sampling.sampler import Sampler, SamplerState, _extend, _generate
 from agentjax.sharding.aot_report import replicated, tree_shardings_like
 from agentjax.sharding.rules import ShardingRules, activation_sharding
@@ -122,15 +122,13 @@ def sampler_programs(config: ModelConfig, mesh: Mesh | None = None):
     ``mesh`` (the activation-row constraint's mesh)."""
     s = Sampler(config, stop_tokens=(0,), mesh=mesh)
 
-    # The Pallas kernels partition on the mesh (exact_kernels="pallas"): the model's enter it from
-    # forward(mesh=...); the sampler's log-prob kernel runs outside forward, hence the context here.
+    # The Pallas kernels partition on the sampler's mesh (exact_kernels="pallas"): the sampler
+    # enters it (its log-prob kernels run outside forward), so these are its own calls.
     def prefill(params, state, tokens, lengths, version):
-        with kernel_mesh(config, mesh):
-            return _extend(s, params, state, tokens, lengths, version)
+        return _extend(s, params, state, tokens, lengths, version)
 
     def decode(params, state, keys, budget, version):
-        with kernel_mesh(config, mesh):
-            return _generate(s, params, state, jax.random.wrap_key_data(keys), budget, version)
+        return _generate(s, params, state, jax.random.wrap_key_data(keys), budget, version)
 
     return s, prefill, decode
 

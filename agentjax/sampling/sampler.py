@@ -44,6 +44,7 @@ from agentjax.policy.model import (
     check_token_ids,
     forward,
     init_cache,
+    kernel_mesh,
     stack_cache,
     unstack_cache,
     unstack_layers,
@@ -146,6 +147,13 @@ def _forward_window(
 
 @functools.partial(jax.jit, static_argnums=0)
 def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
+    # exact mode's Pallas kernels partition on the sampler's mesh (the log-prob kernels too,
+    # which run outside forward)
+    with kernel_mesh(s.config, s.mesh):
+        return _extend_on_mesh(s, params, state, tokens, lengths, version)
+
+
+def _extend_on_mesh(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     params = unstack_layers(params)
     state = state._replace(cache=unstack_cache(state.cache))
     b, l = state.tokens.shape
@@ -166,6 +174,11 @@ def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _generate(s: Sampler, params, state: SamplerState, row_keys, budget, version):
+    with kernel_mesh(s.config, s.mesh):
+        return _generate_on_mesh(s, params, state, row_keys, budget, version)
+
+
+def _generate_on_mesh(s: Sampler, params, state: SamplerState, row_keys, budget, version):
     c = s.config
     # Per-layer weights and K/V buffers in the loop (see unstack_layers); restacked at the end.
     params = unstack_layers(params)

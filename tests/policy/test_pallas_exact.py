@@ -221,3 +221,34 @@ def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
     assert text.count("tpu_custom_call") >= 10 and "f64" not in text
     mem = lowered.compile().memory_analysis()
     assert 0 < mem.argument_size_in_bytes < 1 << 20
+
+
+def test_the_sampler_on_a_mesh_decodes_the_unpartitioned_tokens_and_log_probs(monkeypatch):
+    """The sampler enters the kernels' mesh itself (its log-prob kernels run outside forward, and
+    Mosaic cannot partition a kernel traced outside it): every kernel of its prefill and decode is
+    traced on the mesh, and with rows over data x fsdp and weights sharded by the default rules
+    (tensor 2) on 8 CPU devices they give the single-device tokens and log-probs bitwise."""
+    from agentjax.sampling.sampler import Sampler, take
+    from agentjax.sharding.rules import ShardingRules, param_shardings
+
+    cfg = tiny_dense(exact_tile=4, exact_kernels="pallas", max_seq_len=16)
+    params = init_params(cfg, jax.random.key(1))
+    prompts = np.asarray(R.integers(1, cfg.vocab_size, (4, 5)), np.int32)
+    lengths = np.asarray([5, 3, 4, 2], np.int32)
+
+    def decode(sampler, p):
+        st = sampler.extend(p, sampler.init(4), prompts, lengths, version=0)
+        st, span = sampler.generate(p, st, jax.random.key(2), max_new_tokens=4, version=0)
+        return take(st, span)
+
+    want = decode(Sampler(cfg, stop_tokens=(0,)), params)
+    seen = []
+    where = P.current_mesh
+    monkeypatch.setattr(P, "current_mesh", lambda: seen.append(where()) or seen[-1])
+    mesh = _mesh((2, 2, 2), ("data", "fsdp", "tensor"))
+    sharded = jax.device_put(params, param_shardings(params, mesh, ShardingRules()))
+    got = decode(Sampler(cfg.replace(activation_rows=("data", "fsdp")), stop_tokens=(0,), mesh=mesh), sharded)
+    assert seen and all(ctx is not None for ctx in seen)  # no kernel traced off the mesh
+    for a, b in zip(got, want, strict=True):
+        for k in ("tokens", "logp", "logp_raw"):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
