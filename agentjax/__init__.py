@@ -16,7 +16,7 @@ losses as pure functions), ``learner``, ``envs`` (the environment protocol, sand
 ``tasks`` (the task suites and the doors for your own), ``diagnostics`` and ``sharding``.
 """
 
-import importlib
+from agentjax.importpath import lazy_exports
 
 # name -> "module:attribute", resolved on first access
 _EXPORTS = {
@@ -33,10 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'agentjax' has no attribute {name!r}")
-    module, attr = _EXPORTS[name].split(":")
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -37,3 +37,19 @@ def load(path: str, field: str) -> Any:
             raise ValueError(f"{field}={path!r}: module {module!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def lazy_exports(module: str, exports: dict[str, str], namespace: dict):
+    """A package's ``__getattr__`` for its face: ``exports`` maps a name to
+    ``"package.module:attribute"``, imported on first access (so importing the package stays
+    light) and kept in ``namespace`` (the package's globals) from then on."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where, attr = exports[name].split(":")
+        value = getattr(importlib.import_module(where), attr)
+        namespace[name] = value
+        return value
+
+    return __getattr__

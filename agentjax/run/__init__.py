@@ -16,7 +16,7 @@
 The names below are imported on first use, so ``import agentjax.run`` stays light.
 """
 
-import importlib
+from agentjax.importpath import lazy_exports
 
 _EXPORTS = {
     "train": "agentjax.run.loop:train",
@@ -30,10 +30,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'agentjax.run' has no attribute {name!r}")
-    module, attr = _EXPORTS[name].split(":")
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
