@@ -33,7 +33,7 @@ def evaluate_minirepo_agent(cfg, agent: str, *, num_tasks: int | None = None) ->
         )
     parts = run_parts(cfg, num_tasks)
     labels, stops, turns, verdicts, audits, planted = [], [], [], [], [], []
-    env = parts.make_env()
+    env = parts.make_eval_env()  # held-out tasks: never injected faults (as the run's baseline)
     for i, task in enumerate(parts.heldout):
         a, obs, final, n = _minirepo_agent(agent), env.reset(task, i), None, 0
         a.reset()
