@@ -23,6 +23,7 @@ from agentjax.learner import versions as pv
 from agentjax.learner.batching import make_batch
 from agentjax.policy.config import ModelConfig
 from agentjax.run import loopparts
+from agentjax.run.config import RunConfig
 from agentjax.sampling.precision import to_sampler
 from agentjax.sharding import multihost
 from agentjax.trajectory import Trajectory
@@ -32,7 +33,7 @@ from agentjax.trajectory import Trajectory
 class LearnerParts:
     """What a learner step is built from (functions of the config and the placement)."""
 
-    run: Any  # RunConfig
+    run: RunConfig
     model: ModelConfig
     mesh: Any  # the learner mesh: batch rows split over its data x fsdp axes
     tx: Any  # the optax optimizer
