@@ -1,4 +1,8 @@
-"""Run-config sections for the environment-noise and reward features (issue #16).
+"""The run config's own sections: ``task``, ``warm_start``, ``rl``, ``placement``, ``context``,
+``codefix`` (each with its checks), and those of the environment-noise and reward features
+(issue #16). The components' own configs (``scheduler``, ``admission``, ``loss``, ``optim``,
+``caps``, ``sampler``, ``model``) live with their components; :mod:`agentjax.run.config` parses
+them all.
 
 Each is a small frozen dataclass checked at parse time (a bad value names the field and the
 allowed values); :mod:`agentjax.run.build` and :mod:`agentjax.run.learner` turn them into the
@@ -25,8 +29,16 @@ pieces the loop uses:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from agentjax import importpath
+from agentjax import tasks as task_registry
 from agentjax.choice import Choice, coerce
+from agentjax.policy.config import ConfigError
+from agentjax.run import checks
+from agentjax.sampling.context import ContextKind
+from agentjax.sharding.mesh import MESH_AXES
+from agentjax.sharding.placement import PlacementKind
 
 
 def _err(field, value, allowed):
@@ -134,3 +146,137 @@ SECTIONS = {
     "rubric": RubricSection,
     "fingerprints": FingerprintSection,
 }
+
+
+def _choice(field: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{field}={value!r} is invalid; allowed values: {list(allowed)}")
+
+
+def _positive(field: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field}={value!r} is invalid; must be an integer >= 1")
+
+
+class TaskName(Choice):  # the built-ins; task.name may also be an import path 'package.module:factory'
+    MINIREPO = "minirepo"
+    CODEFIX = "codefix"  # trains with model.hf_path (a BPE tokenizer); evaluates scripted agents
+    DATASET = "dataset"  # JSONL prompts + a verifier named by import path (agentjax.tasks.dataset)
+
+
+class Latency(Choice):
+    FIXED = "fixed"
+    LONG_TAILED = "long_tailed"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    name: str = TaskName.MINIREPO  # a TaskName, or a user's 'package.module:factory' (agentjax.tasks)
+    kwargs: dict = dataclasses.field(default_factory=dict)  # a user task's factory(run, **kwargs)
+    difficulty: str = "default"  # a minirepo preset (agentjax.envs.minirepo.PRESETS)
+    latency: Latency = Latency.LONG_TAILED
+    max_steps: int = 6
+    eval_tasks: int = 256
+    hack_tool: bool = True  # keep planted hack opportunities (hack rate is measured)
+
+    def __post_init__(self):
+        if not importpath.is_path(self.name):
+            if self.name not in TaskName.values():
+                raise ValueError(
+                    f"task.name={self.name!r} is invalid; allowed values: {TaskName.values()} "
+                    "or an import path 'package.module:factory'"
+                )
+            coerce(self, name=TaskName)
+        coerce(self, latency=Latency)
+
+    def check(self) -> None:
+        from agentjax.envs import minirepo  # noqa: PLC0415 - host-only, cheap
+
+        if importpath.is_path(self.name):
+            task_registry.resolve(self.name)  # the module imports and the factory is there: before any work
+        _choice("task.difficulty", self.difficulty, sorted(minirepo.PRESETS))
+        _positive("task.eval_tasks", self.eval_tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    episodes: int = 2000
+    steps: int = 300
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    steps: int = 100
+    group_size: int = 8
+    batch_size: int = 64  # trajectories per learner step
+    eval_every: int = 25
+    temperature: float = 1.0
+
+    def check(self) -> None:
+        for f in ("steps", "group_size", "batch_size", "eval_every"):
+            _positive(f"rl.{f}", getattr(self, f))
+        if self.batch_size % self.group_size:
+            raise ConfigError(
+                f"rl.batch_size={self.batch_size} must be a multiple of rl.group_size={self.group_size}"
+            )
+        if self.temperature <= 0:
+            raise ConfigError(f"rl.temperature={self.temperature} is invalid; must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementSection:
+    kind: PlacementKind = PlacementKind.COLOCATED
+    learner_mesh: dict = dataclasses.field(default_factory=dict)
+    sampler_mesh: dict = dataclasses.field(default_factory=dict)
+    sync_every: int = 1
+    host_devices: int = 0  # CPU-only hosts: launch.train asks XLA for this many host devices (0: as is)
+    peer_timeout_s: float = 300.0  # several processes: a peer silent this long fails the run
+
+    def __post_init__(self):
+        coerce(self, kind=PlacementKind)
+        checks.check_mesh("placement.learner_mesh", self.learner_mesh, MESH_AXES, lowest=1)
+        checks.check_mesh("placement.sampler_mesh", self.sampler_mesh, MESH_AXES, lowest=0)
+        if not (isinstance(self.host_devices, int) and self.host_devices >= 0):
+            raise ConfigError(
+                f"placement.host_devices={self.host_devices!r} is invalid; "
+                "must be an integer >= 0 (0: leave XLA's host device count as it is)"
+            )
+        if not self.peer_timeout_s > 0:
+            raise ConfigError(
+                f"placement.peer_timeout_s={self.peer_timeout_s!r} is invalid; must be > 0 "
+                "(seconds a multi-process run waits for a silent process before it fails)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSection:
+    policy: ContextKind = ContextKind.KEEP_ALL
+    arg: int = 0
+
+    def __post_init__(self):
+        coerce(self, policy=ContextKind)
+
+
+@dataclasses.dataclass(frozen=True)
+class CodefixSection:
+    """``task.name='codefix'``: real-sandbox tasks; scripted agents (eval, warm-start demonstrations)."""
+
+    tasks: tuple = ()  # bundled task names (agentjax.envs.codefix.list_tasks()); () = all of them
+    agents: tuple = ("oracle", "no_op", "wrong_fix")  # agentjax.envs.codefix.agents.AGENTS
+    inject: str = ""  # an infra fault class injected into every final verification; "" = none
+    audit: bool = True  # judge every final tree again with the independent audit (H)
+    max_obs_chars: int = 8000  # a longer tool output keeps its head and tail (recorded cut)
+
+    def check(self) -> None:
+        from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
+        from agentjax.envs.codefix.agents import AGENTS  # noqa: PLC0415
+
+        for name in self.tasks:
+            _choice("codefix.tasks", name, codefix.list_tasks())
+        if not self.agents:
+            raise ConfigError(f"codefix.agents=() is invalid; name at least one of {sorted(AGENTS)}")
+        for name in self.agents:
+            _choice("codefix.agents", name, sorted(AGENTS))
+        _choice("codefix.inject", self.inject, ["", *faults.FAULT_CLASSES])
