@@ -17,7 +17,8 @@ from agentjax.diagnostics import episodes as sample_episodes
 from agentjax.envs.audit import audit_metrics, hack_rate, undefined_metrics, wilson_interval
 from agentjax.envs.protocol import Label
 from agentjax.policy.codec import Codec
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 

@@ -21,8 +21,9 @@ from agentjax.sampling.clock import SimulatedExecutor, ThreadedExecutor
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import EngineRollout
 from agentjax.sampling.envpool import EnvPool, EnvPoolKind, RealLatency, pool_stats
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
 from agentjax.sampling.partial import ResumeMode, mixed_version, resume, version_segments
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.replay import ReplayExecutor
 from agentjax.sampling.rollout import Rollout

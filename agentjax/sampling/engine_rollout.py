@@ -52,8 +52,8 @@ from agentjax.envs.protocol import InfraError
 from agentjax.sampling.context import keep_all
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.envpool import EnvPool
-from agentjax.sampling.episode import Caps, Episode, EpisodeSpec, Turns, env_call, row_keys
-from agentjax.sampling.queue import ResumeMode
+from agentjax.sampling.episode import Episode, EpisodeSpec, Turns, env_call, row_keys
+from agentjax.sampling.queue import Caps, ResumeMode
 from agentjax.sampling.sampler import Status
 from agentjax.trajectory import StopReason, Trajectory
 

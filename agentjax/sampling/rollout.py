@@ -29,8 +29,9 @@ import numpy as np
 
 from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
-from agentjax.sampling.episode import Caps, Episode, EpisodeSpec, Turns, env_call, row_keys
+from agentjax.sampling.episode import Episode, EpisodeSpec, Turns, env_call, row_keys
 from agentjax.sampling.partial import resume as resume_state
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.sampler import Sampler, Status, take
 from agentjax.trajectory import StopReason, Trajectory
 

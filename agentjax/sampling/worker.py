@@ -26,8 +26,8 @@ from agentjax.sampling.clock import Failure, SimulatedExecutor
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool
-from agentjax.sampling.episode import Caps, Driver, EpisodeSpec
-from agentjax.sampling.queue import ResumeMode, RoundResult, WorkItem
+from agentjax.sampling.episode import Driver, EpisodeSpec
+from agentjax.sampling.queue import Caps, ResumeMode, RoundResult, WorkItem
 from agentjax.sampling.rollout import Rollout, bucket
 from agentjax.sampling.sampler import Sampler
 

@@ -69,7 +69,8 @@ def test_demonstrations_answer_each_call_with_its_id(tmp_path):
 def test_the_rollout_gives_the_tool_message_the_id_of_the_reply_it_answers(tmp_path):
     from agentjax.policy.config import ModelConfig
     from agentjax.policy.model import init_params
-    from agentjax.sampling.episode import Caps, EpisodeSpec
+    from agentjax.sampling.episode import EpisodeSpec
+    from agentjax.sampling.queue import Caps
     from agentjax.sampling.rollout import Rollout
     from agentjax.sampling.sampler import Sampler
 

@@ -7,7 +7,8 @@ from agentjax.envs.protocol import StepResult
 from agentjax.policy.chat import load_chat_tokenizer
 from agentjax.policy.chat_codec import ChatCodec
 from agentjax.policy.hf import load_hf_checkpoint
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.tasks.codefix import TOOLS

@@ -11,7 +11,8 @@ from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.engine_rollout import Admission, EngineRollout
 from agentjax.sampling.envpool import EnvPool, RealLatency
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.drivers import assert_same_trajectories, assert_same_trajectory, lockstep, on_engine

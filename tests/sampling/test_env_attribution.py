@@ -15,7 +15,8 @@ from agentjax.policy.codec import Codec
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.run import loopparts as loopparts
 from agentjax.sampling.engine_rollout import _pool_error
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense

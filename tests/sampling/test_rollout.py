@@ -10,7 +10,8 @@ from agentjax.policy.codec import Codec
 from agentjax.policy.scoring import token_logprobs
 from agentjax.policy.tokenizer import WordTokenizer
 from agentjax.sampling.context import drop_oldest_observations
-from agentjax.sampling.episode import Caps, EpisodeSpec
+from agentjax.sampling.episode import EpisodeSpec
+from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
 from agentjax.testing.models import tiny_dense
