@@ -70,6 +70,10 @@ class Trajectory:
         return int(sum(t.action.size for t in self.turns))
 
     @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
     def versions(self) -> np.ndarray:
         if not self.turns:
             return np.zeros((0,), np.int32)
@@ -132,3 +136,59 @@ def to_rows(traj: Trajectory) -> list[Row]:
     if traj.is_keep_all():
         return [_row(traj.turns[0].context, traj.turns)]
     return [_row(t.context, [t]) for t in traj.turns]
+
+
+@dataclasses.dataclass
+class TrajectoryMeta(Trajectory):
+    """A trajectory held by another process of a multi-process run: every scalar field of its
+    :class:`Trajectory` (what the scheduler decides on and the step's metrics read), no tokens.
+    ``row_sizes``: the token count of each of its learner rows (:func:`to_rows`), so every
+    process can lay out a learner batch whose rows it does not hold."""
+
+    action_tokens: int = 0
+    version_min: int = -1  # the oldest policy version among its action tokens (-1: none)
+    row_sizes: tuple[int, ...] = ()
+    turn_count: int = 0
+    process: int = 0  # the process that holds the trajectory
+
+    @property
+    def num_action_tokens(self) -> int:
+        return self.action_tokens
+
+    @property
+    def num_turns(self) -> int:
+        return self.turn_count
+
+    @property
+    def versions(self) -> np.ndarray:
+        return np.asarray([self.version_min] if self.action_tokens else [], np.int32)
+
+
+def decision_evidence(evidence: dict) -> dict:
+    """The part of a verdict's evidence that decisions read on any process: the fault's
+    attribution (the retry policy's root cause) and the rubric's score (``rubric.mode='reward'``)."""
+    out = {}
+    if "attribution" in evidence:
+        out["attribution"] = evidence["attribution"]
+    if isinstance(evidence.get("rubric"), dict) and "score" in evidence["rubric"]:
+        out["rubric"] = {"score": evidence["rubric"]["score"]}
+    return out
+
+
+def meta_of(traj: Trajectory, process: int = 0) -> TrajectoryMeta:
+    """``traj`` (held by ``process``) without its tokens: what crosses processes instead (its
+    full evidence stays with it, in its process's journal)."""
+    if isinstance(traj, TrajectoryMeta):
+        return traj
+    fields = {f.name: getattr(traj, f.name) for f in dataclasses.fields(Trajectory) if f.name != "turns"}
+    fields["reward_evidence"] = decision_evidence(traj.reward_evidence)
+    versions = traj.versions
+    return TrajectoryMeta(
+        **fields,
+        turns=[],
+        action_tokens=traj.num_action_tokens,
+        version_min=int(versions.min()) if versions.size else -1,
+        row_sizes=tuple(int(r.tokens.size) for r in to_rows(traj)),
+        turn_count=len(traj.turns),
+        process=process,
+    )

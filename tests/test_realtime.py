@@ -164,11 +164,3 @@ def test_unknown_clock_is_named():
         ConfigError, match=r"scheduler.clock='wall' is invalid; allowed values: \['virtual', 'real'\]"
     ):
         runconfig.parse(tiny_config("default", scheduler__clock="wall"))
-
-
-def test_more_than_one_process_refuses_the_real_clock(monkeypatch, tmp_path):
-    from agentjax.sharding import multihost
-
-    monkeypatch.setattr(multihost, "is_distributed", lambda: True)
-    with pytest.raises(ConfigError, match=r"pass --config.scheduler.clock=virtual"):
-        loop.train(tiny_config("default", scheduler__clock="real"), str(tmp_path), log=lambda s: None)

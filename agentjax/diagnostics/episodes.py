@@ -65,19 +65,18 @@ def pick(trajs: Sequence[Trajectory], k: int = EPISODES) -> list[int]:
 def samples(trajs: Sequence[Trajectory], codec, k: int = EPISODES, max_chars: int = MAX_CHARS) -> list[dict]:
     """:func:`pick`'s episodes as JSON-ready dicts: task id, verdict label, reward (None: masked),
     stop reason and :func:`render`'s text."""
-    out = []
-    for i in pick(trajs, k):
-        t = trajs[i]
-        out.append(
-            {
-                "task_id": str(t.task_id),
-                "label": t.label,
-                "reward": None if t.final_reward is None else float(t.final_reward),
-                "stop": getattr(t.stop_reason, "value", str(t.stop_reason)),
-                "text": render(t, codec, max_chars),
-            }
-        )
-    return out
+    return [sample(trajs[i], codec, max_chars) for i in pick(trajs, k)]
+
+
+def sample(t: Trajectory, codec, max_chars: int = MAX_CHARS) -> dict:
+    """One episode as :func:`samples` shows it."""
+    return {
+        "task_id": str(t.task_id),
+        "label": t.label,
+        "reward": None if t.final_reward is None else float(t.final_reward),
+        "stop": getattr(t.stop_reason, "value", str(t.stop_reason)),
+        "text": render(t, codec, max_chars),
+    }
 
 
 def markdown(shown: Sequence[dict], heading: str = "") -> str:

@@ -21,6 +21,7 @@ from agentjax.sampling.episode import EpisodeSpec
 from agentjax.sampling.queue import Caps
 from agentjax.sampling.rollout import Rollout
 from agentjax.sampling.sampler import Sampler
+from agentjax.trajectory import meta_of
 
 
 def evaluate(
@@ -49,8 +50,22 @@ def evaluate(
         return _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed)
 
     idx = list(range(len(tasks)))
-    played = exchange.split(idx, run) if exchange is not None else run(idx)
-    return {**_metrics(played), sample_episodes.KEY: sample_episodes.samples([t for t, *_ in played], codec)}
+    if exchange is None:
+        played = run(idx)
+        return {**_metrics(played), sample_episodes.KEY: sample_episodes.samples([t for t, *_ in played], codec)}
+    held: dict[int, Any] = {}  # this process's episodes, whole (by task index)
+
+    def run_share(share: list[int]) -> list[tuple]:
+        got = run(share)
+        held.update((i, t) for i, (t, *_) in zip(share, got, strict=True))
+        return [(meta_of(t), *rest) for t, *rest in got]
+
+    played = exchange.split(idx, run_share)  # only each episode's metadata crosses processes
+    chosen = sample_episodes.pick([t for t, *_ in played])
+    shown: dict[int, dict] = {}
+    for part in exchange.allgather({i: sample_episodes.sample(held[i], codec) for i in chosen if i in held}):
+        shown.update(part)  # the rendered episodes, from the processes that hold them
+    return {**_metrics(played), sample_episodes.KEY: [shown[i] for i in chosen]}
 
 
 def _episodes(sampler, codec, caps, params, version, tasks, idx, make_env, audit_fn, planted, seed):
@@ -96,7 +111,7 @@ def _metrics(episodes: list[tuple]) -> dict[str, float]:
         "eval/success_lo": lo,
         "eval/success_hi": hi,
         "eval/n": float(len(trajs)),
-        "eval/mean_turns": sum(len(t.turns) for t in trajs) / max(len(trajs), 1),
+        "eval/mean_turns": sum(t.num_turns for t in trajs) / max(len(trajs), 1),
     }
     for label, n in Counter(t.label for t in trajs).items():
         out[f"eval/label/{label}"] = n / len(trajs)

@@ -48,6 +48,7 @@ def make_batch(
     length: int,
     advantage: str = "group_std",
     rewards: Sequence[float] | None = None,
+    advantages: Sequence[float] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Pads every trajectory's rows into ``[rows, length]`` arrays.
 
@@ -58,10 +59,15 @@ def make_batch(
     token of its last row), ``bootstrap`` (1 where the row does not end the episode: a round
     budget cut, a row cut at ``length``, a rewritten context's earlier turn) and ``lengths``.
     ``rewards`` (default: each trajectory's ``final_reward``) are what the advantages are
-    computed from. Returns the arrays and bookkeeping metrics.
+    computed from; ``advantages`` (one per trajectory) replaces them when the batch's groups
+    were computed elsewhere (:mod:`agentjax.learner.spread_batch`: a process's share of a batch).
+    Returns the arrays and bookkeeping metrics.
     """
     rewards = [float(t.final_reward if rewards is None else rewards[i]) for i, t in enumerate(trajs)]
-    adv = trajectory_advantages(rewards, [t.task_id for t in trajs], advantage)
+    if advantages is None:
+        adv = trajectory_advantages(rewards, [t.task_id for t in trajs], advantage)
+    else:
+        adv = np.asarray(advantages, np.float32)
     tok = np.zeros((rows, length), np.int32)
     pos = np.full((rows, length), length, np.int32)
     mask = np.zeros((rows, length), np.float32)

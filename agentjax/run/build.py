@@ -28,6 +28,7 @@ from agentjax.sampling.context import make_context_policy
 from agentjax.sampling.engine import Engine
 from agentjax.sampling.envpool import EnvPool, RealLatency
 from agentjax.sampling.precision import sampler_model
+from agentjax.sampling.queue import Clock
 from agentjax.sampling.sampler import Sampler
 from agentjax.sampling.transforms import Greedy, Temperature
 from agentjax.sampling.worker import SamplerWorker
@@ -109,6 +110,14 @@ class Composed:
     greedy: Sampler  # held-out evaluation
     learner: LearnerParts
     worker: SamplerWorker
+    exchange: Exchange | None = None  # several processes: evaluation's split, the bytes' count
+
+
+def spreads(run: runconfig.RunConfig) -> bool:
+    """Whether finished trajectories stay on the process that sampled them (several processes
+    on the real clock: :mod:`agentjax.sampling.spread`); else every process holds them all
+    (one process, or several on the virtual clock, which exchange them)."""
+    return multihost.is_distributed() and run.scheduler.clock == Clock.REAL
 
 
 def compose(parts: Parts) -> Composed:
@@ -142,9 +151,12 @@ def compose(parts: Parts) -> Composed:
         ),
         curriculum=loopparts.make_curriculum(run.curriculum),
         rows=learner_rows(run),
+        spread=spreads(run),
     )
     greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
-    return Composed(parts, placement, sampler, greedy, learner, make_worker(run, parts, sampler))
+    exchange = Exchange.of_jax(run.placement.peer_timeout_s) if multihost.is_distributed() else None
+    worker = make_worker(run, parts, sampler, None if spreads(run) else exchange)
+    return Composed(parts, placement, sampler, greedy, learner, worker, exchange)
 
 
 def _placement(run: runconfig.RunConfig) -> Placement:
@@ -162,6 +174,13 @@ def _placement(run: runconfig.RunConfig) -> Placement:
             f"placement.learner_mesh={p.learner_mesh}, placement.sampler_mesh={p.sampler_mesh} "
             f"do not fit the {jax.device_count()} devices: {e}"
         ) from None
+    spans = {d.process_index for d in placement.learner_mesh.devices.flat}
+    if len(spans) < jax.process_count():  # every process runs the learner's steps on its devices
+        raise runconfig.ConfigError(
+            f"placement.learner_mesh={run.placement.learner_mesh} uses devices of "
+            f"{len(spans)} of the {jax.process_count()} processes; with several processes the "
+            f"learner spans them all: e.g. placement.learner_mesh.fsdp={jax.device_count()}"
+        )
     mesh = placement.learner_mesh.shape
     split = mesh.get("data", 1) * mesh.get("fsdp", 1)
     for what, rows in (
@@ -176,18 +195,17 @@ def _placement(run: runconfig.RunConfig) -> Placement:
     return placement
 
 
-def make_worker(run: runconfig.RunConfig, parts: Parts, sampler) -> SamplerWorker:
+def make_worker(run: runconfig.RunConfig, parts: Parts, sampler, exchange: Exchange | None = None) -> SamplerWorker:
     """The run's rollout worker, built whole: the slot engine and its environment pool when
-    ``scheduler.engine_slots`` > 0 (same trajectories as lock-step in exact mode), and with
-    several processes the exchange through which each samples its share of every call's rounds.
+    ``scheduler.engine_slots`` > 0 (same trajectories as lock-step in exact mode), and
+    ``exchange`` (several processes on the virtual clock) through which each samples its share of
+    every call's rounds.
     Its environments start with the run's initial fault rates; each publish brings the rates in
     force from then on."""
-    engine = pool = exchange = None
+    engine = pool = None
     if run.scheduler.engine_slots:
         engine = Engine(sampler, run.scheduler.engine_slots, run.scheduler.engine_chunk)
         pool = EnvPool(run.scheduler.env_workers, run.scheduler.env_pool)
-    if multihost.is_distributed():
-        exchange = Exchange.of_jax(run.placement.peer_timeout_s)
     return SamplerWorker(
         sampler,
         parts.codec,
@@ -232,4 +250,4 @@ def evaluate_policy(parts: Parts, sampler, params, version: int, exchange=None) 
 
 def evaluate_heldout(c: Composed, params, version: int) -> dict:
     """The training loop's held-out evaluation (greedy, every process its share)."""
-    return evaluate_policy(c.parts, c.greedy, params, version, exchange=c.worker.exchange)
+    return evaluate_policy(c.parts, c.greedy, params, version, exchange=c.exchange)

@@ -14,6 +14,11 @@ checkpoint stores for the scheduler, how a resume rebuilds it, and what the summ
   the episodes in flight are sampled anew. The summary records how much sampling and learning
   overlapped, and ``schedule.json`` the order of the deliveries (for ``--replay``).
 * :class:`ReplayClock`: a recorded real-time run again (:class:`ReplayExecutor`).
+
+With several processes (``channel``: the run's control plane) the real clock's executor is a
+:class:`~agentjax.sampling.spread.SpreadExecutor`: process 0 decides the order of deliveries,
+every process runs the same scheduler on it, and each samples only its own rounds; a replay
+makes every process follow the recorded order.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from agentjax.sampling.queue import Clock
 from agentjax.sampling.realtime import RealtimeExecutor
 from agentjax.sampling.replay import ReplayExecutor, write_schedule
 from agentjax.sampling.scheduler import Scheduler
+from agentjax.sampling.spread import SpreadExecutor
 from agentjax.sampling.worker import BatchingExecutor
 
 
@@ -85,8 +91,10 @@ class VirtualClock:
 
 @dataclasses.dataclass(frozen=True)
 class RealClock:
+    channel: Any = None  # sharding.exchange.Channel: several processes
+
     def executor(self):
-        return RealtimeExecutor()
+        return RealtimeExecutor() if self.channel is None else SpreadExecutor(self.channel)
 
     def checkpoint_blob(self, scheduler: Scheduler, tasks, base: int) -> bytes:
         return snapshot.dumps(redo_record(scheduler, tasks, base))
@@ -104,7 +112,8 @@ class RealClock:
         """Stops the threads; the overlap report, and the schedule ``--replay`` re-executes."""
         ex = scheduler.ex
         ex.close()
-        write_schedule(workdir, config, ex.delivered, scheduler.step_end_times, resumed_at)
+        if self.channel is None or self.channel.process == 0:  # the run's files: process 0's
+            write_schedule(workdir, config, ex.delivered, scheduler.step_end_times, resumed_at)
         return {"realtime": ex.report()}
 
 
@@ -114,14 +123,17 @@ class ReplayClock(RealClock):
     source: str = ""  # the recorded run's workdir
 
     def executor(self):
+        if self.channel is not None:
+            return SpreadExecutor(self.channel, recorded=self.schedule)
         return ReplayExecutor(list(self.schedule))
 
     def finish(self, scheduler: Scheduler, workdir: str, config: dict, resumed_at: int | None) -> dict:
         return {"replayed": os.path.abspath(self.source)}
 
 
-def choose(clock: Clock, schedule=None, source: str = "") -> VirtualClock | RealClock | ReplayClock:
-    """The run's clock value: ``schedule`` (the deliveries of ``source``) replays a real-time run."""
+def choose(clock: Clock, schedule=None, source: str = "", channel=None) -> VirtualClock | RealClock | ReplayClock:
+    """The run's clock value: ``schedule`` (the deliveries of ``source``) replays a real-time run;
+    ``channel``: the control plane of a multi-process real-time run."""
     if schedule is not None:
-        return ReplayClock(tuple(schedule), source)
-    return RealClock() if clock == Clock.REAL else VirtualClock()
+        return ReplayClock(channel, tuple(schedule), source)
+    return RealClock(channel) if clock == Clock.REAL else VirtualClock()

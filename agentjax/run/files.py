@@ -26,6 +26,7 @@ from agentjax.run.build import Composed, task_dataset
 from agentjax.sampling import snapshot
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.tasks import model as task_model
+from agentjax.trajectory import TrajectoryMeta
 
 
 class WorkdirError(RuntimeError):
@@ -194,6 +195,10 @@ class RunFiles:
     def append_journal(self, journal: Journal, records: list) -> None:
         journal.append(records)
 
+    def journaled(self, meta: dict, held: int) -> int:
+        """The journal records a checkpoint committed (``held``: those the journal holds)."""
+        return meta["journaled"]
+
     def prune_snapshots(self, kept) -> None:
         durable.prune_snapshots(self.checkpoints, kept)  # with their checkpoints
 
@@ -244,9 +249,32 @@ class PeerFiles(RunFiles):
         pass
 
 
-def run_files(workdir: str, process_index: int) -> RunFiles:
-    """The run's files, chosen once: process 0 writes them, every other process reads."""
-    return RunFiles(workdir) if process_index == 0 else PeerFiles(workdir)
+@dataclasses.dataclass(frozen=True)
+class ShardFiles(PeerFiles):
+    """Another process writes the workdir, but the trajectories this one sampled stay here
+    (several processes on the real clock): it journals them to its own ``journal.p<k>.bin``."""
+
+    process: int = 1
+
+    @property
+    def journal(self) -> str:
+        return os.path.join(self.workdir, f"journal.p{self.process}.bin")
+
+    def append_journal(self, journal: Journal, records: list) -> None:
+        journal.append(records)
+
+    def journaled(self, meta: dict, held: int) -> int:
+        """A checkpoint counts process 0's journal only: this shard is kept whole (never cut
+        back) and a resumed run appends to it."""
+        return held
+
+
+def run_files(workdir: str, process_index: int, shard: bool = False) -> RunFiles:
+    """The run's files, chosen once: process 0 writes them, every other process reads; with
+    ``shard`` (trajectories stay where they were sampled) each journals its own."""
+    if process_index == 0:
+        return RunFiles(workdir)
+    return ShardFiles(workdir, process_index) if shard else PeerFiles(workdir)
 
 
 class JournalWriter:
@@ -268,6 +296,7 @@ class JournalWriter:
         """Appends the newly completed trajectories of ``finished`` ((index, trajectory) pairs)."""
         done = [t for i, t in finished if i not in self._journaled]
         self._journaled.update(t.submit_index for t in done)
+        done = [t for t in done if not isinstance(t, TrajectoryMeta)]  # held by another process
         if self.index_base:
             done = [dataclasses.replace(t, submit_index=t.submit_index + self.index_base) for t in done]
         self.files.append_journal(self.journal, done)
@@ -307,12 +336,13 @@ def resume_run(c: Composed, files: RunFiles, params0, tx, clock, fresh_scheduler
     text, torn = durable.metrics_lines(files.metrics, step)
     journal = Journal(files.journal)
     scan = journal.scan()
-    if len(scan.records) < meta["journaled"]:
+    journaled = files.journaled(meta, len(scan.records))
+    if len(scan.records) < journaled:
         cut = f" (a torn record at byte {scan.valid_bytes} of {scan.total_bytes})" if scan.torn else ""
         hint = durable.journal_hint(ckdir, step, steps, len(scan.records), snapshot_intact)
         raise ckpt.CheckpointError(
             f"cannot resume from step {step}: {journal.path} holds {len(scan.records)} intact "
-            f"records{cut} but the checkpoint journaled {meta['journaled']}: committed trajectories "
+            f"records{cut} but the checkpoint journaled {journaled}: committed trajectories "
             f"were lost. {hint}"
         )
     path = durable.snapshot_path(ckdir, step)
@@ -330,7 +360,7 @@ def resume_run(c: Composed, files: RunFiles, params0, tx, clock, fresh_scheduler
         hint = durable.previous_step_hint(ckdir, step, steps, snapshot_intact)
         raise ckpt.CheckpointError(f"cannot resume from step {step}: {e}. {hint}") from None
     # Everything agrees: cut what was written after the checkpoint (and any torn tail).
-    files.cut_back(text, torn, journal, scan, meta["journaled"], log)
+    files.cut_back(text, torn, journal, scan, journaled, log)
     evals = [json.loads(ln) for ln in text.splitlines()]
     evals = [x for x in evals if "eval/success" in x and x["step"] > 0]
     log(f"resumed from step {step} ({ckdir})")
@@ -340,5 +370,5 @@ def resume_run(c: Composed, files: RunFiles, params0, tx, clock, fresh_scheduler
         resumed.tasks,
         evals[-1] if evals else None,
         restored.state,
-        JournalWriter(files, meta["journaled"], resumed.index_base),
+        JournalWriter(files, journaled, resumed.index_base),
     )

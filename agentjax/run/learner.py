@@ -21,6 +21,7 @@ import numpy as np
 
 from agentjax.learner import versions as pv
 from agentjax.learner.batching import make_batch
+from agentjax.learner.spread_batch import spread_batch
 from agentjax.policy.config import ModelConfig
 from agentjax.run import loopparts
 from agentjax.run.config import RunConfig
@@ -41,6 +42,7 @@ class LearnerParts:
     kept_versions: int  # parameter versions kept for the behaviour-version recompute (0: none)
     curriculum: Any  # the noise curriculum (init, update), or None
     rows: int  # rows of the learner batch (one compiled shape)
+    spread: bool = False  # trajectories stay on their processes: the batch is built from local rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,23 +91,13 @@ def learner_step(parts: LearnerParts, state: LearnerState, train) -> tuple[Learn
     run, batch = parts.run, train.batch
     trajs: list[Trajectory] = [c.trajectory for c in batch]
     ws, fm = loopparts.fingerprint_weights(run, trajs, [c.weight for c in batch])
-    arrays, bm = make_batch(
-        trajs,
-        ws,
-        rows=parts.rows,
-        length=parts.model.max_seq_len,
-        advantage=run.loss.advantage,
-        rewards=loopparts.batch_rewards(run, trajs),
-    )
+    host, arrays, bm = _batch(parts, trajs, ws)
     cur, cm = _curriculum_step(parts, state.curriculum, trajs)
     if not run.sampler.replay_routes and "routes" in arrays:  # R3 off: measured, not replayed
         arrays["sampler_routes"] = arrays.pop("routes")
-    # data parallel: rows split over the learner mesh's data and fsdp axes (every process's
-    # devices); the same split whether the mesh spans one process or several
-    arrays = multihost.shard_batch(arrays, parts.mesh)
     behaviour = None
-    if parts.kept_versions:
-        pv.check_covered(state.kept, arrays["behaviour_version"], arrays["loss_mask"])
+    if parts.kept_versions:  # this process's rows (every row on one process)
+        pv.check_covered(state.kept, host["behaviour_version"], host["loss_mask"])
         behaviour = pv.slots(state.kept, parts.kept_versions, fallback=state.train.params)
     new_train, m = parts.train_step(state.train, arrays, state.ref_params, behaviour)
     new = state.version + 1
@@ -129,6 +121,24 @@ def learner_step(parts: LearnerParts, state: LearnerState, train) -> tuple[Learn
         "virtual_time": float(train.time),
     }
     return out, weights(parts, out), metrics
+
+
+def _batch(parts: LearnerParts, trajs: list[Trajectory], ws: list[float]):
+    """``(host rows, global arrays, metrics)`` of the learner batch. Data parallel: rows split over
+    the learner mesh's data and fsdp axes (every process's devices). Every process holds every
+    trajectory (one process, or the virtual clock's exchange): it builds the whole batch and
+    places its shards. Trajectories left on their processes (``spread``): each process stages
+    its own rows and the devices assemble the batch (:mod:`agentjax.learner.spread_batch`)."""
+    kw = dict(
+        rows=parts.rows,
+        length=parts.model.max_seq_len,
+        advantage=parts.run.loss.advantage,
+        rewards=loopparts.batch_rewards(parts.run, trajs),
+    )
+    if parts.spread:
+        return spread_batch(trajs, ws, mesh=parts.mesh, **kw)
+    host, bm = make_batch(trajs, ws, **kw)
+    return host, multihost.shard_batch(host, parts.mesh), bm
 
 
 def _curriculum_step(parts: LearnerParts, state, trajs) -> tuple[Any, dict]:

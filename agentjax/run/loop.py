@@ -37,13 +37,14 @@ from agentjax.run import config as runconfig
 from agentjax.run import files as runfiles
 from agentjax.run import learner as lrn
 from agentjax.run import loopparts
-from agentjax.run.build import Composed, Parts, build, compose, evaluate_heldout, task_dataset
+from agentjax.run.build import Composed, Parts, build, compose, evaluate_heldout, spreads, task_dataset
 from agentjax.run.summary import generated_tokens_per_s, progress_line, run_header_line, summarise_run
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.replay import read_schedule
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sharding import multihost, param_shardings
-from agentjax.sharding.placement import SyncStats, sync_weights
+from agentjax.sharding.exchange import Channel
+from agentjax.sharding.placement import SyncStats, sync_weights, tree_bytes
 from agentjax.tasks import model as task_model
 
 
@@ -79,9 +80,11 @@ class LearnerJob:
         disaggregated) and hands it to the worker as scheduler version ``w.version``."""
         placement = self.c.placement
         synced = self.sync.syncs
-        self.sampler_params = multihost.local_view(
-            sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
-        )
+        params = sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
+        t0 = time.perf_counter()  # several processes: every process's sampler gets a whole copy
+        self.sampler_params = jax.block_until_ready(multihost.local_view(params))
+        if multihost.is_distributed():
+            self.sync.gathered(tree_bytes(params), time.perf_counter() - t0)
         if placement.colocated or self.sync.syncs > synced:
             self.sampler_version = w.version  # else the sampler keeps older weights (sync_every > 1)
         self.c.worker.publish(
@@ -157,12 +160,6 @@ def train(
     ``replay``: the workdir of a finished real-time run of the same config, whose recorded
     schedule this run re-executes (:mod:`agentjax.sampling.replay`)."""
     run = runconfig.parse(cfg)  # fails before any work on an invalid config
-    if multihost.is_distributed() and run.scheduler.clock == Clock.REAL:
-        raise runconfig.ConfigError(
-            "scheduler.clock='real' runs one process: with --num_processes > 1 every process "
-            "must take the same scheduling decisions, which only the virtual clock guarantees; "
-            "pass --config.scheduler.clock=virtual"
-        )
     if multihost.is_distributed() and run.scheduler.round_budget:
         raise runconfig.ConfigError(
             f"scheduler.round_budget={run.scheduler.round_budget} (partial rollout) runs one "
@@ -185,8 +182,10 @@ def train(
         lock = runfiles.RunLock(workdir).acquire(log)  # one run per workdir
         log(run_header_line(parts, n, workdir))
     try:
-        clock = runclock.choose(run.scheduler.clock, schedule, replay or "")
-        return _train(cfg, compose(parts), workdir, clock, resume=resume, log=log)
+        c = compose(parts)
+        channel = Channel.of_jax(c.exchange.wire) if spreads(run) else None
+        clock = runclock.choose(run.scheduler.clock, schedule, replay or "", channel)
+        return _train(cfg, c, workdir, clock, resume=resume, log=log)
     finally:
         if lock is not None:
             lock.release()
@@ -196,7 +195,7 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
     """:func:`train` once the config, the parts and the workdir are checked (and locked)."""
     parts, run, worker = c.parts, c.parts.run, c.worker
     os.makedirs(workdir, exist_ok=True)
-    files = runfiles.run_files(workdir, jax.process_index())
+    files = runfiles.run_files(workdir, jax.process_index(), shard=spreads(run))
     wall0 = time.perf_counter()
     params0 = _initial_params(parts, c.placement)
     last_eval = resumed_at = None
@@ -263,8 +262,8 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
     runlog = scheduler.finish()
     summary = summarise_run(c, job, scheduler, runlog, header, last_eval)
     summary.update(clock.finish(scheduler, workdir, runfiles.config_record(run), resumed_at))
-    if worker.exchange is not None:  # several processes: how the rounds were split
-        summary["processes"] = worker.exchange.report()
+    if c.exchange is not None:  # several processes: how the work was split, the bytes exchanged
+        summary["processes"] = c.exchange.report()
     if worker.pool is not None:  # the slot engine's environment pool, measured on real events
         summary["engine"] = worker.engine_report()
         worker.pool.close()

@@ -61,6 +61,10 @@ class RealtimeExecutor:
         self._sampler.start()
 
     def now(self) -> float:
+        return self._clock()
+
+    def _clock(self) -> float:
+        """Seconds since this executor started (the threads' busy intervals)."""
         return time.monotonic() - self._t0
 
     def _ticket(self) -> int:
@@ -74,13 +78,13 @@ class RealtimeExecutor:
         ticket = self._ticket()
 
         def job():
-            t0 = self.now()
+            t0 = self._clock()
             try:
                 return fn(*args)
             except Exception as e:  # noqa: BLE001 - a failed job is an event, not a crash here
                 return Failure(e)
             finally:
-                self.intervals["learner"].append((t0, self.now()))
+                self.intervals["learner"].append((t0, self._clock()))
 
         fut = self._learner.submit(job)
         fut.add_done_callback(lambda f, t=ticket: self._done.put((t, f.result())))
@@ -114,7 +118,7 @@ class RealtimeExecutor:
                     self._run(worker, group)
 
     def _run(self, worker, group) -> None:
-        t0 = self.now()
+        t0 = self._clock()
         try:
             results = worker.run_rounds([item for _, _, item in group])
             self._failures = 0
@@ -123,12 +127,12 @@ class RealtimeExecutor:
         self._call_done(t0)
         self.rounds_run += len(group)
         for (ticket, _, _), res in zip(group, results, strict=True):
-            self._done.put((ticket, res))
+            self._round_done(ticket, res)
 
     def _stream(self, worker, first) -> None:
         """Continuous admission: one streaming call of ``worker`` (the slot engine) takes every
         round submitted to it while it runs and delivers each result as its episode ends."""
-        t0 = self.now()
+        t0 = self._clock()
         waiting, taken = list(first), set()
 
         def take():
@@ -144,7 +148,7 @@ class RealtimeExecutor:
         def deliver(ticket, result) -> None:
             taken.discard(ticket)
             self.rounds_run += 1
-            self._done.put((ticket, result))
+            self._round_done(ticket, result)
 
         try:
             worker.stream_rounds(take, deliver)
@@ -152,8 +156,12 @@ class RealtimeExecutor:
         except Exception as e:  # noqa: BLE001 - a failed call fails its open rounds, not the run
             failure = Failure(self._failed(e))
             for ticket in sorted(taken):
-                self._done.put((ticket, failure))
+                self._round_done(ticket, failure)
         self._call_done(t0)
+
+    def _round_done(self, ticket: int, result) -> None:
+        """A rollout round's result (on the sampler thread), for :meth:`next`."""
+        self._done.put((ticket, result))
 
     def _failed(self, e: Exception) -> Exception:
         """Counts a failed rollout call; after ``max_consecutive_failures`` in a row it is a bug,
@@ -164,7 +172,7 @@ class RealtimeExecutor:
         return e
 
     def _call_done(self, t0: float) -> None:
-        self.intervals["sampler"].append((t0, self.now()))
+        self.intervals["sampler"].append((t0, self._clock()))
         self.round_calls += 1
 
     # -- the scheduler's side ------------------------------------------------------------------
@@ -212,7 +220,7 @@ class RealtimeExecutor:
                 overlap += max(0.0, min(a1, b1) - max(a0, b0))
         return {
             "clock": "real",
-            "wall_s": self.now(),
+            "wall_s": self._clock(),
             "sampler_busy_s": busy["sampler"],
             "learner_busy_s": busy["learner"],
             "overlap_s": overlap,

@@ -12,12 +12,19 @@ Results travel as pickled bytes through the key-value store of ``jax.distributed
 service (the same service that ``jax.distributed.initialize`` starts on process 0), one key per
 call and process. A peer that sends nothing within ``timeout_s`` (killed, hung, out of memory)
 fails the run with :class:`PeerError` naming it, instead of hanging.
+
+:class:`Channel` is the control plane of a multi-process real-time run: ordered streams of small
+messages (a finished round's metadata, the decision maker's delivery order), one per process,
+through the same store. Both count the bytes they put into and read from the store
+(:class:`Wire`), so a test and ``benchmarks/multihost.py`` can check that no trajectory crosses
+it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +45,38 @@ def _client():
 
 
 @dataclasses.dataclass
+class Wire:
+    """Bytes this process put into the key-value store and read from it (thread-safe)."""
+
+    sent: int = 0
+    read: int = 0
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def put(self, client, key: str, obj) -> None:
+        blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        client.key_value_set_bytes(key, blob)
+        with self._lock:
+            self.sent += len(blob)
+
+    def got(self, blob: bytes):
+        with self._lock:
+            self.read += len(blob)
+        return pickle.loads(blob)
+
+    def report(self) -> dict:
+        return {"sent": self.sent, "read": self.read}
+
+
+def _peer_error(p: int, count: int, what: str, timeout_s: float, e: Exception | None = None) -> PeerError:
+    why = "" if e is None else f" ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+    return PeerError(
+        f"process {p} of {count} sent nothing for {what} within {timeout_s:.0f} s "
+        f"(placement.peer_timeout_s): it was killed, crashed or hangs; the run stops here, "
+        f"--resume continues from the last checkpoint{why}"
+    )
+
+
+@dataclasses.dataclass
 class Exchange:
     """This process's view of the run's processes; ``calls`` counts exchanges (the same on every
     process, since every process makes the same calls)."""
@@ -49,6 +88,7 @@ class Exchange:
     calls: int = 0
     items: int = 0  # items of every split so far (the same on every process)
     ran: int = 0  # of which this process ran
+    wire: Wire = dataclasses.field(default_factory=Wire)
 
     @classmethod
     def of_jax(cls, timeout_s: float = 300.0) -> Exchange:
@@ -74,7 +114,7 @@ class Exchange:
         """``obj`` from every process, by process index."""
         client, n = _client(), self.calls
         key = lambda p, k=n: f"{self.namespace}/exchange/{k}/{p}"  # noqa: E731
-        client.key_value_set_bytes(key(self.process), pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        self.wire.put(client, key(self.process), obj)
         out = []
         for p in range(self.count):
             if p == self.process:
@@ -83,18 +123,99 @@ class Exchange:
             try:
                 blob = client.blocking_key_value_get_bytes(key(p), int(self.timeout_s * 1000))
             except Exception as e:  # DEADLINE_EXCEEDED, or the coordination service is gone
-                raise PeerError(
-                    f"process {p} of {self.count} sent nothing for exchange {n} within "
-                    f"{self.timeout_s:.0f} s (placement.peer_timeout_s): it was killed, crashed or "
-                    f"hangs; the run stops here, --resume continues from the last checkpoint "
-                    f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
-                ) from None
-            out.append(pickle.loads(blob))
+                raise _peer_error(p, self.count, f"exchange {n}", self.timeout_s, e) from None
+            out.append(self.wire.got(blob))
         if n:  # every peer has posted exchange n, so it has read all of n-1: drop my n-1
             client.key_value_delete(key(self.process, n - 1))
         self.calls += 1
         return out
 
     def report(self) -> dict:
-        """How the work was split: items in all, and how many each process ran (collective)."""
-        return {"count": self.count, "items": self.items, "ran": self.allgather(self.ran)}
+        """How the work was split: items in all, how many each process ran, and the bytes each
+        put into the key-value store (this exchange's and the channel's sharing its
+        :class:`Wire`) (collective)."""
+        got = self.allgather((self.ran, self.wire.report()))  # the bytes before this call's own
+        return {
+            "count": self.count,
+            "items": self.items,
+            "ran": [r for r, _ in got],
+            "kv_bytes_sent": [w["sent"] for _, w in got],  # through the coordinator's store
+        }
+
+
+@dataclasses.dataclass
+class Channel:
+    """Ordered message streams through the key-value store, one per (name, process): ``post``
+    appends to this process's stream, ``poll`` / ``read`` take the next message of any process's
+    stream (each reader keeps its own position). Messages are never deleted while the run lives
+    (they are small: control, not data); the store goes with the coordinator at the run's end."""
+
+    process: int
+    count: int
+    namespace: str = "agentjax/rt"
+    wire: Wire = dataclasses.field(default_factory=Wire)
+    _sent: dict = dataclasses.field(default_factory=dict)  # name -> messages posted
+    _pos: dict = dataclasses.field(default_factory=dict)  # (name, process) -> messages read
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of_jax(cls, wire: Wire | None = None) -> Channel:
+        return cls(jax.process_index(), jax.process_count(), wire=wire or Wire())
+
+    def _key(self, name: str, p: int, n: int) -> str:
+        return f"{self.namespace}/{name}/{p}/{n}"
+
+    def post(self, name: str, obj) -> None:
+        with self._lock:  # several threads post (the sampler's deliveries, the decision maker)
+            n = self._sent.get(name, 0)
+            self._sent[name] = n + 1
+            self.wire.put(_client(), self._key(name, self.process, n), obj)
+
+    def poll(self, name: str, p: int):
+        """The next message of process ``p``'s stream ``name``, or None if it has not come yet."""
+        n = self._pos.get((name, p), 0)
+        try:
+            blob = _client().key_value_try_get_bytes(self._key(name, p, n))
+        except Exception:  # noqa: BLE001 - NOT_FOUND: not posted yet
+            return None
+        self._pos[(name, p)] = n + 1
+        return self.wire.got(blob)
+
+    def read(self, name: str, p: int, what: str):
+        """The next message of process ``p``'s stream, however long it takes (a delivery waits
+        for an episode to end), as long as the coordination service sees every process alive:
+        a dead one is :class:`PeerError`."""
+        n, client = self._pos.get((name, p), 0), _client()
+        while True:
+            try:
+                blob = client.blocking_key_value_get_bytes(self._key(name, p, n), 1000)
+                break
+            except Exception as e:  # noqa: BLE001 - DEADLINE_EXCEEDED: not yet; else the service is gone
+                dead = self.dead()
+                if dead or "DEADLINE_EXCEEDED" not in str(e):
+                    raise PeerError(
+                        f"process {dead[0] if dead else p} of {self.count} stopped while this one "
+                        f"waited for {what} (the coordination service lost its heartbeat): the run "
+                        f"stops here, --resume continues from the last checkpoint "
+                        f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+                    ) from None
+        self._pos[(name, p)] = n + 1
+        return self.wire.got(blob)
+
+    def check_alive(self) -> None:
+        """:class:`PeerError` when a process of the run has stopped."""
+        dead = self.dead()
+        if dead:
+            raise PeerError(
+                f"process {dead[0]} of {self.count} stopped (the coordination service lost its "
+                "heartbeat): the run stops here, --resume continues from the last checkpoint"
+            )
+
+    def dead(self) -> list[int]:
+        """The processes the coordination service no longer sees (their heartbeat stopped)."""
+        try:
+            live = _client().get_live_nodes(list(range(self.count)))
+        except Exception:  # noqa: BLE001 - the coordinator itself is gone: everyone else is dead
+            return [p for p in range(self.count) if p != self.process]
+        return [p for p in range(self.count) if p not in live]
+

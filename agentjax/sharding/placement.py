@@ -81,10 +81,21 @@ def tree_bytes(tree) -> int:
 
 @dataclasses.dataclass
 class SyncStats:
+    """Weight syncs onto the sampler mesh (disaggregated), and, on several processes, the
+    all-gathers of the synced weights onto each process's sampler (``gather_*``)."""
+
     syncs: int = 0
     skipped: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    gathers: int = 0
+    gather_bytes: int = 0
+    gather_seconds: float = 0.0
+
+    def gathered(self, nbytes: int, seconds: float) -> None:
+        self.gathers += 1
+        self.gather_bytes += nbytes
+        self.gather_seconds += seconds
 
 
 def sync_weights(placement: Placement, learner_params, sampler_params, step: int, stats: SyncStats):

@@ -24,6 +24,7 @@ class Mutation:
 
 FX = "tests/test_feature_effects.py"
 FT = "tests/test_features.py"
+SP = "tests/sampling/test_spread.py::test_every_process_takes_the_same_decisions_and_only_metadata_crosses"
 _filters = f"{FX}::test_a_consistency_filter_masks_by_its_parameter_and_the_mask_reaches_the_loss"
 _own = f"{FX}::test_a_loss_honours_its_own_clip_or_bounds_in_the_loop"
 
@@ -298,5 +299,29 @@ MUTATIONS = (
             "tests/envs/test_codefix_generator.py::"
             "test_validation_drops_a_reference_that_fails_and_a_bug_no_test_catches",
         ),
+    ),
+    Mutation(
+        "spread_every_process_decides",
+        "2 async on many processes: one decision maker orders the deliveries",
+        "agentjax/sampling/spread.py",
+        "return self.me == LEADER and self.recorded is None",
+        "return self.recorded is None",
+        (f"{SP}[slow1]",),
+    ),
+    Mutation(
+        "spread_groups_split_over_processes",
+        "2 async on many processes: a GRPO group is sampled whole on one process",
+        "agentjax/sampling/spread.py",
+        "        p = self._group.get(key)\n",
+        "        p = None\n",
+        (f"{SP}[even]",),
+    ),
+    Mutation(
+        "spread_batch_rows_in_holder_order",
+        "2 async on many processes: the learner batch assembled from process-local rows",
+        "agentjax/learner/spread_batch.py",
+        "    return np.asarray(src + [pad] * (rows - len(src)), np.int32)",
+        "    return np.asarray(sorted(src) + [pad] * (rows - len(src)), np.int32)",
+        ("tests/learner/test_spread_batch.py::test_rows_staged_on_their_holders_assemble_into_one_process_batch",),
     ),
 )
