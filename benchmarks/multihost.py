@@ -2,7 +2,9 @@
 smoke size, side by side, one run each (issue #33):
 
 * trained trajectories per wall second, async (windowed FIFO) vs sync, on the real clock, for 1
-  (a plain run), 2 and 4 processes (target: async >= 1.5x sync, the single-host figure);
+  (a plain run), 2 and 4 processes (target: async >= 1.5x sync, the single-host figure), every
+  tool call waiting its simulated long-tailed latency x ``--latency-scale`` in real time (as
+  ``benchmarks/realtime.py``: what async hides);
 * bytes each step puts through the coordinator's key-value store: the virtual clock's exchange
   (every finished trajectory, to every process: "before") against the real clock's control plane
   (the rounds' metadata and the delivery order: "after");
@@ -17,7 +19,7 @@ seconds). Every process gets one CPU device; all runs share the 2-core machine, 
 contend for it: the figures are this machine's, not a pod's. Writes
 ``benchmarks/results/multihost.json``.
 
-    python benchmarks/multihost.py [--steps 8] [--processes 2 4]
+    python benchmarks/multihost.py [--steps 8] [--processes 2 4] [--latency-scale 1]
 """
 
 from __future__ import annotations
@@ -65,12 +67,13 @@ def train(n: int, workdir: str, *flags: str) -> dict:
     return {"summary": json.load(open(os.path.join(workdir, "summary.json"))), "rows": rows}
 
 
-def row(n: int, mode: str, clock: str, steps: int) -> dict:
+def row(n: int, mode: str, clock: str, steps: int, latency: float) -> dict:
     with tempfile.TemporaryDirectory() as wd:
         engine = "8" if clock == "real" else "0"
         r = train(
             n, os.path.join(wd, "run"), f"--config.scheduler.clock={clock}", f"--config.scheduler.mode={mode}",
             f"--config.scheduler.engine_slots={engine}", f"--config.rl.steps={steps}", f"--config.rl.eval_every={steps}",
+            f"--config.scheduler.env_latency_scale={latency if clock == 'real' else 0.0}",
         )  # fmt: skip
     s, steps_rows = r["summary"], [x for x in r["rows"] if "loss/total" in x]
     t1, tn = steps_rows[0]["virtual_time"], steps_rows[-1]["virtual_time"]
@@ -100,18 +103,60 @@ def sync_row(n: int) -> dict:
     return json.loads(next(ln for ln in outs[0].splitlines() if ln.startswith("{")))
 
 
+def encoding(lengths=(64, 2048, 32768)) -> list[dict]:
+    """Bytes one finished round puts into the store, by episode length: the whole round result
+    (the virtual clock's exchange) against the metadata message the real clock sends; an episode
+    of four turns with random tokens and log-probs (pickled as the store gets them)."""
+    import pickle  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    sys.path.insert(0, ROOT)
+    from agentjax.sampling.queue import RoundResult  # noqa: PLC0415
+    from agentjax.sampling.spread import metadata  # noqa: PLC0415
+    from agentjax.trajectory import StopReason, Trajectory, Turn  # noqa: PLC0415
+
+    rng, out = np.random.default_rng(0), []
+    for n in lengths:
+        turns, ctx, per = [], rng.integers(0, 32000, 64).astype(np.int32), n // 4
+        for _ in range(4):
+            act = rng.integers(0, 32000, per // 2).astype(np.int32)
+            lp = rng.normal(size=act.size).astype(np.float32)
+            obs = rng.integers(0, 32000, per - act.size).astype(np.int32)
+            turns.append(Turn(ctx, act, lp, lp, np.zeros(act.size, np.int32), obs))
+            ctx = np.concatenate([ctx, act, obs])
+        t = Trajectory("task", "default", turns, StopReason.FINISHED, [0.0] * 4, 1.0, "pass", timings={"env": 1.0})
+        full = len(pickle.dumps((0, RoundResult(None, t, 1.0)), protocol=pickle.HIGHEST_PROTOCOL))
+        meta = len(pickle.dumps((0, metadata(RoundResult(None, t, 1.0), 0)), protocol=pickle.HIGHEST_PROTOCOL))
+        out.append({"tokens": n, "trajectory_bytes": full, "metadata_bytes": meta, "ratio": full / meta})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--processes", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--latency-scale", type=float, default=1.0)
+    ap.add_argument("--encoding-only", action="store_true", help="only the bytes-by-length table (updates the JSON)")
     args = ap.parse_args()
+    path = os.path.join(ROOT, "benchmarks", "results", "multihost.json")
+    enc = encoding()
+    print("tokens per episode | bytes per round: trajectory (virtual clock) -> metadata (real clock) (x less)")
+    for e in enc:
+        print(f"{e['tokens']:18d} | {e['trajectory_bytes']} -> {e['metadata_bytes']} ({e['ratio']:.0f}x)")
+    if args.encoding_only:
+        with open(path) as f:
+            old = json.load(f)
+        with open(path, "w") as f:
+            json.dump({**old, "encoding": enc}, f, indent=1)
+        return
     rows = []
     for n in [0, *args.processes]:
         for mode in ("sync", "windowed_fifo"):
-            rows.append(row(n, mode, "real", args.steps))
+            rows.append(row(n, mode, "real", args.steps, args.latency_scale))
             print(json.dumps(rows[-1]), flush=True)
         if n:
-            rows.append(row(n, "windowed_fifo", "virtual", args.steps))  # the exchange: "before"
+            rows.append(row(n, "windowed_fifo", "virtual", args.steps, 0.0))  # the exchange: "before"
             print(json.dumps(rows[-1]), flush=True)
     syncs = [sync_row(n) for n in args.processes]
     print("\nprocesses | sync traj/s | async traj/s | async/sync | held-out (sync, async) | KV B/step before -> after (x less)")
@@ -130,8 +175,10 @@ def main() -> None:
     print("\nweight sync across processes (all-gather onto each sampler): ours vs a raw all-gather of the same bytes")
     for r in syncs:
         print(f"{r['processes']} processes: {r['bytes']} B, {r['sync_s'] * 1e3:.2f} ms vs raw {r['raw_s'] * 1e3:.2f} ms ({r['ratio']:.2f}x)")
-    out = {"machine": platform.machine(), "cpus": os.cpu_count(), "steps": args.steps, "rows": rows, "weight_sync": syncs}
-    path = os.path.join(ROOT, "benchmarks", "results", "multihost.json")
+    out = {
+        "machine": platform.machine(), "cpus": os.cpu_count(), "steps": args.steps,
+        "latency_scale": args.latency_scale, "rows": rows, "weight_sync": syncs, "encoding": enc,
+    }  # fmt: skip
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"\nwrote {path}")
