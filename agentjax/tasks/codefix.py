@@ -43,6 +43,13 @@ TOOLS = (
     ),
     toolcalls.schema("patch", "Apply a unified diff (git apply).", body="the unified diff"),
     toolcalls.schema(
+        "edit",
+        "Replace the one occurrence of a text in a file.",
+        path="file path",
+        old="the text to replace (one line, found exactly once)",
+        body="the new text",
+    ),
+    toolcalls.schema(
         "run",
         "Run a shell command in the repository.",
         command="the command line",
@@ -113,6 +120,8 @@ class CodefixSuite:
             self.train = [codefix.load_task(n) for n in names[:-k]]
             self.heldout = [codefix.load_task(n) for n in names[-k:]]
         self.agents = list(run.codefix.agents)
+        offered = set(run.codefix.tools)  # the schemas in the prompt; a call to another tool is an agent error
+        self.tools = tuple(t for t in TOOLS if not offered or t["function"]["name"] in offered)
         self.group_size, self.base = run.rl.group_size, run.seed * 1_000_003
         self.env_config = EnvConfig(
             max_steps=run.task.max_steps,
