@@ -120,7 +120,7 @@ class CodefixSuite:
             self.train = [codefix.load_task(n) for n in names[:-k]]
             self.heldout = [codefix.load_task(n) for n in names[-k:]]
         self.agents = list(run.codefix.agents)
-        offered = set(run.codefix.tools)  # the schemas in the prompt; a call to another tool is an agent error
+        offered = set(run.codefix.tools)  # the schemas in the prompt; calling another is an agent error
         self.tools = tuple(t for t in TOOLS if not offered or t["function"]["name"] in offered)
         self.group_size, self.base = run.rl.group_size, run.seed * 1_000_003
         self.env_config = EnvConfig(
