@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 
 import numpy as np
@@ -51,12 +52,14 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--agent", default="editor")
+    p.add_argument("--rename", type=int, default=0, help="renamed copies of each demonstration (augment)")
     p.add_argument("--hf", default="workdir/tiny_qwen3_2k")
     p.add_argument("--out", default="benchmarks/results/codefix_sft_probe.json")
     f = p.parse_args()
     import jax  # noqa: PLC0415
 
     from agentjax.envs.codefix import agents  # noqa: PLC0415
+    from agentjax.envs.codefix.augment import rename  # noqa: PLC0415
     from agentjax.learner.sft import demo_rows, sft_train  # noqa: PLC0415
     from agentjax.policy.model import init_params  # noqa: PLC0415
     from agentjax.run import config as runconfig  # noqa: PLC0415
@@ -85,7 +88,8 @@ def main() -> None:
     sets = {"train (agent)": train[:16], "train (reference)": play(parts.suite.train[:16], right)}
     sets["held-out (reference)"] = play(parts.suite.heldout[:16], right)
     env.close()
-    rows = demo_rows(train, parts.codec, length)
+    rng = random.Random(0)
+    rows = demo_rows(train + [rename(e, rng) for e in train for _ in range(f.rename)], parts.codec, length)
     params = init_params(parts.model, jax.random.key(0))
     t1 = time.perf_counter()
     params, losses = sft_train(
