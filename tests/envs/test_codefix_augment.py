@@ -4,9 +4,14 @@ import random
 
 from agentjax.envs.codefix.augment import rename
 
+SOURCE = (
+    "def count_in_range(xs, lo, hi):\n    n = 0\n    for x in xs:\n        if x >= lo:\n            n -= 1\n"
+    "    return n"
+)
 PAIRS = [
-    ("Task t: count_in_range(xs, lo, hi) counts x with lo <= x. Fix the bug in bands/\n./bands/core.py", "read bands/core.py"),
-    ("def count_in_range(xs, lo, hi):\n    n = 0\n    for x in xs:\n        if x >= lo:\n            n -= 1\n    return n", "edit bands/core.py n -= 1\nn += 1"),
+    ("Task t: count_in_range(xs, lo, hi) counts x with lo <= x. Fix the bug in bands/\n./bands/core.py",
+     "read bands/core.py"),
+    (SOURCE, "edit bands/core.py n -= 1\nn += 1"),
     ("edited bands/core.py", "submit"),
 ]  # fmt: skip
 
