@@ -35,3 +35,21 @@ def test_rename_is_seeded_and_varies():
     assert rename(PAIRS, random.Random(3)) == rename(PAIRS, random.Random(3))
     assert len({rename(PAIRS, random.Random(s))[0][1] for s in range(8)}) == 8
     assert rename([], random.Random(0)) == []
+
+
+def test_codefix_rename_kwarg_is_checked():
+    import pytest
+
+    from agentjax.policy.config import ConfigError
+    from agentjax.tasks.codefix import _check_kwargs
+
+    class Run:  # only what the check reads
+        class codefix:  # noqa: N801
+            tasks = ()
+
+        class task:  # noqa: N801
+            eval_tasks = 8
+
+    _check_kwargs(Run, 16, None, 4, rename=3)
+    with pytest.raises(ConfigError, match="task.kwargs.rename"):
+        _check_kwargs(Run, 16, None, 4, rename=-1)
