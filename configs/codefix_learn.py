@@ -36,9 +36,9 @@ from configs import codefix_generated
 def get_config():
     c = codefix_generated.get_config()
     c.model = dict(c.model, hf_path="workdir/tiny_qwen3_2k", tool_format="hermes", max_seq_len=1536)
-    c.task = dict(
-        c.task, max_steps=4, eval_tasks=128, kwargs=dict(generated=256, demo_tasks=128), hack_tool=True
-    )
+    # rename: 4 of every 5 warm-start rows renamed (augment.rename): copy, do not memorise
+    kwargs = dict(generated=256, demo_tasks=128, rename=4)
+    c.task = dict(c.task, max_steps=4, eval_tasks=128, kwargs=kwargs, hack_tool=True)
     c.codefix = dict(c.codefix, agents=("editor",), tools=("read", "edit", "patch", "test", "submit"))
     # read (~200 tokens of source), one edit (~40 tokens), submit
     c.caps = dict(max_tool_calls=4, max_action_tokens=96, max_obs_tokens=512)
