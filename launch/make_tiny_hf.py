@@ -58,11 +58,16 @@ MODEL = dict(
 )
 
 
+GENERATED = 256  # generated training tasks (host-drawn, seed 0) whose files join the corpus
+
+
 def corpus() -> list[str]:
-    """Every text file of the bundled codefix tasks, and the honest agents' tool calls."""
+    """Every text file of the bundled codefix tasks, the honest agents' tool calls, and the files
+    of :data:`GENERATED` generated training tasks."""
     from agentjax.envs import codefix  # noqa: PLC0415
     from agentjax.envs.codefix.agents import HONEST  # noqa: PLC0415
     from agentjax.envs.codefix.api import TASKS_DIR  # noqa: PLC0415
+    from agentjax.envs.codefix.generated import store  # noqa: PLC0415
     from agentjax.policy.chat import compile_template  # noqa: PLC0415
     from agentjax.tasks.codefix import SYSTEM, TOOLS  # noqa: PLC0415
     from agentjax.toolcall import calls as toolcalls  # noqa: PLC0415
@@ -82,6 +87,9 @@ def corpus() -> list[str]:
         task = codefix.load_task(name)
         for agent, _ in HONEST.values():
             texts += [toolcalls.render(a, "hermes", TOOLS) for a in agent(task)]
+    # generated tasks of the TRAINING templates only (no held-out source shapes the vocabulary)
+    for gen in store.draw(GENERATED, "train", 0)[0]:
+        texts += [gen.description, *gen.files.values(), gen.patch]
     return texts
 
 

@@ -268,10 +268,17 @@ class CodefixSection:
     inject: str = ""  # an infra fault class injected into every final verification; "" = none
     audit: bool = True  # judge every final tree again with the independent audit (H)
     max_obs_chars: int = 8000  # a longer tool output keeps its head and tail (recorded cut)
+    tools: tuple = ()  # the tools offered to the model (agentjax.envs.codefix.env.TOOLS); () = all
 
     def check(self) -> None:
         from agentjax.envs import codefix, faults  # noqa: PLC0415 - host-only, cheap
         from agentjax.envs.codefix.agents import AGENTS  # noqa: PLC0415
+        from agentjax.envs.codefix.env import TOOLS  # noqa: PLC0415
+
+        for name in self.tools:
+            _choice("codefix.tools", name, list(TOOLS))
+        if self.tools and "submit" not in self.tools:
+            raise ConfigError(f"codefix.tools={tuple(self.tools)} is invalid: it must include 'submit'")
 
         for name in self.tasks:
             _choice("codefix.tasks", name, codefix.list_tasks())

@@ -11,6 +11,8 @@ N generated tasks of the training (family, template) pairs and evaluates on ``ta
 generated tasks of the held-out pairs (never trained on, under any seed); ``seed`` (default: the
 run's seed) seeds the generator; the scripted agents play the first ``demo_tasks`` tasks of each
 split (demonstrations, baseline). Every generated task is validated in the sandbox before use.
+``rename=K`` renames K of every K+1 warm-start demonstrations (package and edited identifiers,
+consistently: :func:`agentjax.envs.codefix.augment.rename`) so a small model copies, not memorises.
 
 Observation budget, two recorded cuts: the environment keeps the head and the tail of a tool
 output longer than ``codefix.max_obs_chars`` characters (the agent sees ``...[truncated]...``);
@@ -43,6 +45,13 @@ TOOLS = (
     ),
     toolcalls.schema("patch", "Apply a unified diff (git apply).", body="the unified diff"),
     toolcalls.schema(
+        "edit",
+        "Replace the one occurrence of a text in a file.",
+        path="file path",
+        old="the text to replace (one line, found exactly once)",
+        body="the new text",
+    ),
+    toolcalls.schema(
         "run",
         "Run a shell command in the repository.",
         command="the command line",
@@ -54,9 +63,10 @@ TOOLS = (
 SYSTEM = "You fix a bug in a small Python repository. Call one tool per reply; submit when the fix is done."
 
 
-def _check_kwargs(run, generated, seed, demo_tasks) -> None:
+def _check_kwargs(run, generated, seed, demo_tasks, rename=0) -> None:
     """task.kwargs of codefix: a bad value fails at start, naming the field and the allowed values."""
-    for field, value, low in (("generated", generated, 0), ("demo_tasks", demo_tasks, 1)):
+    checked = (("generated", generated, 0), ("demo_tasks", demo_tasks, 1), ("rename", rename, 0))
+    for field, value, low in checked:
         if type(value) is not int or value < low:
             raise ConfigError(f"task.kwargs.{field}={value!r} is invalid; allowed values: an int >= {low}")
     if seed is not None and type(seed) is not int:
@@ -87,8 +97,11 @@ class CodefixSuite:
     tools = TOOLS
     system = SYSTEM
 
-    def __init__(self, run, generated: int = 0, seed: int | None = None, demo_tasks: int = 16):
-        _check_kwargs(run, generated, seed, demo_tasks)
+    def __init__(
+        self, run, generated: int = 0, seed: int | None = None, demo_tasks: int = 16, rename: int = 0
+    ):
+        _check_kwargs(run, generated, seed, demo_tasks, rename)
+        self.rename = rename  # of every rename+1 warm-start rows, rename are renamed (augment.rename)
         probe = sandbox.probe()
         if not probe.ok:
             raise ConfigError(
@@ -113,6 +126,8 @@ class CodefixSuite:
             self.train = [codefix.load_task(n) for n in names[:-k]]
             self.heldout = [codefix.load_task(n) for n in names[-k:]]
         self.agents = list(run.codefix.agents)
+        offered = set(run.codefix.tools)  # the schemas in the prompt; calling another is an agent error
+        self.tools = tuple(t for t in TOOLS if not offered or t["function"]["name"] in offered)
         self.group_size, self.base = run.rl.group_size, run.seed * 1_000_003
         self.env_config = EnvConfig(
             max_steps=run.task.max_steps,
@@ -155,8 +170,15 @@ class CodefixSuite:
         played = self._play("train")
         if not played:
             raise ConfigError(f"codefix.agents={self.agents} has no honest agent to demonstrate")
-        rng = random.Random(seed)
-        return [played[rng.randrange(len(played))] for _ in range(n)]
+        from agentjax.envs.codefix.augment import rename  # noqa: PLC0415
+
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            d = played[rng.randrange(len(played))]
+            if rng.random() < self.rename / (self.rename + 1):
+                d = Demo(rename(list(d.pairs), rng), d.success)
+            out.append(d)
+        return out
 
     def baseline(self) -> float:
         """The honest scripted agents' success on the held-out tasks."""

@@ -196,7 +196,9 @@ def test_codefix_learn_config_is_the_real_time_slot_engine_run_on_generated_task
     run = runconfig.parse(c)
     assert run.task.name == "codefix" and run.task.eval_tasks >= 128 and run.task.kwargs["generated"] > 0
     assert run.scheduler.clock == "real" and run.scheduler.engine_slots > 0
-    assert run.model.tool_format == "hermes" and tuple(run.codefix.agents) == ("demonstrator",)
+    assert run.model.tool_format == "hermes" and tuple(run.codefix.agents) == ("editor",)
+    assert set(run.codefix.tools) == {"read", "edit", "patch", "test", "submit"}
+    assert run.task.kwargs["rename"] > 0  # warm-start rows renamed (augment.rename)
 
 
 @needs_sandbox

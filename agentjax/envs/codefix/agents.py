@@ -247,6 +247,45 @@ def demonstrator(task: Task) -> list[str]:
     ]
 
 
+def _edit(task: Task, files: dict[str, str]) -> str | None:
+    """``files`` as one ``edit <path> <old line>`` + new text call, where the change is one line
+    replaced or lines inserted after one (the anchor); None where it is not (several hunks, a
+    line removed, an old line not unique in its file or with runs of blanks the plain format
+    would fold)."""
+    if len(files) != 1:
+        return None
+    ((rel, new),) = files.items()
+    text = _read_pristine(task, rel)
+    a, b = text.splitlines(), new.splitlines()
+    ops = [o for o in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if o[0] != "equal"]
+    if len(ops) != 1:
+        return None
+    tag, i1, i2, j1, j2 = ops[0]
+    if tag == "insert" and i1 > 0:  # anchor the insertion on the line before it
+        i1, j1 = i1 - 1, j1 - 1
+        i2 = i1 + 1
+    if i2 - i1 != 1 or j2 <= j1:
+        return None
+    line = a[i1]
+    old, indent = line.strip(), line[: len(line) - len(line.lstrip())]
+    if not old or text.count(old) != 1 or " ".join(old.split()) != old:
+        return None
+    first = b[j1][len(indent) :] if b[j1].startswith(indent) else b[j1].lstrip()
+    return format_tool_call("edit", rel, old, body="\n".join([first, *b[j1 + 1 : j2]]))
+
+
+def editor(task: Task) -> list[str]:
+    """The imperfect demonstrator with the compact ``edit`` tool: reads the buggy module, replaces
+    the buggy line by its fix (the reference on the ``demonstrator`` 's share of tasks, else the
+    known-wrong fix; a unified diff where one line-edit cannot express it) and submits. Three
+    short actions, each copied from what it read."""
+    _, _, path = _target(task)
+    u = int.from_bytes(hashlib.sha256(f"demonstrator|{task.name}".encode()).digest()[:8], "big") / 2**64
+    fix = task.reference if u < DEMONSTRATOR_SUCCESS or not task.wrong else task.wrong
+    call = _edit(task, fix) or format_tool_call("patch", body=_diff(task, fix))
+    return [format_tool_call("read", path), call, "submit"]
+
+
 HONEST = {"oracle": (oracle, Label.PASS), "no_op": (no_op, Label.FAIL), "wrong_fix": (wrong_fix, Label.FAIL)}
 ATTACKERS = {
     name: (fn, Label.REWARD_HACK)
@@ -280,7 +319,7 @@ FAULTY = {
 }
 # the imperfect demonstrator aims for pass and gets it on ~DEMONSTRATOR_SUCCESS of the tasks (its
 # label depends on the task: not among the agents tests/envs/test_codefix_agents.py checks per task)
-IMPERFECT = {"demonstrator": (demonstrator, Label.PASS)}
+IMPERFECT = {"demonstrator": (demonstrator, Label.PASS), "editor": (editor, Label.PASS)}
 AGENTS: dict[str, tuple[Agent, Label]] = {**HONEST, **ATTACKERS, **FAULTY, **IMPERFECT}
 # agents a warm start may imitate (codefix.agents): the honest ones and the imperfect demonstrator
 DEMONSTRATORS: dict[str, Agent] = {k: v[0] for k, v in {**HONEST, **IMPERFECT}.items()}

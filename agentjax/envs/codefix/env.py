@@ -10,6 +10,9 @@ Tools (protocol text format: first line ``<tool> [args]``, the rest is the body)
 ``read <path>``             print a file
 ``write <path>`` + body     replace a file with the body
 ``patch`` + body            apply a unified diff (``git apply``; paths relative to the repo root)
+``edit <path> <old...>`` + body  replace the one occurrence of ``old`` (the rest of the first line)
+                            in the file with the body (str-replace editing, as SWE-agent's and
+                            OpenHands' editors do; ``old`` found 0 or 2+ times changes nothing)
 ``run <command...>`` (+body) run a shell command (body appended as further lines)
 ``test``                    run the visible tests (``python3 -m pytest -q tests``)
 ``submit``                  end the episode; the isolated verifier judges the tree
@@ -49,7 +52,18 @@ from agentjax.envs.protocol import (
 )
 from agentjax.trajectory import StopReason
 
-TOOLS = ("ls", "read", "write", "patch", "run", "test", "submit")
+TOOLS = ("ls", "read", "write", "patch", "edit", "run", "test", "submit")
+# edit, run inside the sandbox like every tool (argv: path, old; stdin: the new text)
+_EDIT = (
+    "import sys\n"
+    "p, old, new = sys.argv[1], sys.argv[2], sys.stdin.read()\n"
+    "s = open(p).read()\n"
+    "n = s.count(old)\n"
+    "if n != 1:\n"
+    "    sys.exit(f'edit: {old!r} occurs {n} times in {p}; it must occur exactly once')\n"
+    "open(p, 'w').write(s.replace(old, new))\n"
+    "print(f'edited {p}')\n"
+)
 _STOP = {
     Label.REWARD_HACK: StopReason.REWARD_HACK,
     Label.INFRA_FAULT: StopReason.INFRA_FAULT,
@@ -236,6 +250,10 @@ class CodefixEnv:
                 ["/usr/bin/git", "apply", "--whitespace=nowarn", "-v", "-"],
                 body.encode() if body.endswith("\n") else (body + "\n").encode(),
             )
+        if name == "edit":
+            if len(args) < 2:
+                return "usage: edit <path> <old text> + body (the new text)"
+            return self._sbx([py, "-c", _EDIT, args[0], " ".join(args[1:])], body.encode())
         if name == "run":
             cmd = " ".join(args) + ("\n" + body if body else "")
             return self._sbx(["/bin/sh", "-c", cmd])

@@ -1,0 +1,87 @@
+"""The compact ``edit`` tool (str-replace in the sandbox), the ``editor`` demonstrator built on it,
+and ``codefix.tools`` (the tool schemas a model is offered)."""
+
+import os
+import shutil
+
+import pytest
+
+from agentjax.envs.codefix import agents
+from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
+from agentjax.envs.codefix.generated import store
+from agentjax.envs.protocol import Label, format_tool_call
+from agentjax.toolcall import calls as toolcalls
+
+needs_sandbox = pytest.mark.skipif(
+    shutil.which("bwrap") is None or shutil.which("setpriv") is None,
+    reason="bubblewrap/setpriv not installed (apt-get install bubblewrap util-linux)",
+)
+
+
+@needs_sandbox
+def test_edit_replaces_exactly_one_occurrence_inside_the_sandbox():
+    task = store.tasks(1, "train", 0)[0]  # arithmetic/count_between: `n -= 1` for `n += 1`
+    path = f"{task.package}/core.py"
+    env = CodefixEnv(EnvConfig(max_steps=8))
+    host_file = "/tmp/agentjax-edit-host-target.txt"
+    with open(host_file, "w") as f:
+        f.write("x = 1\n")
+    try:
+        env.reset(task, 0)
+        before = env.step(format_tool_call("read", path)).observation
+        missing = env.step(format_tool_call("edit", path, "no such text", body="y"))
+        assert "occurs 0 times" in missing.observation and "[exit 1]" in missing.observation
+        twice = env.step(format_tool_call("edit", path, "return", body="yield"))  # not unique: unchanged
+        assert "must occur exactly once" in twice.observation
+        assert env.step(format_tool_call("read", path)).observation == before
+        # a symlink out of the workspace is followed inside the sandbox only (host file untouched)
+        env.step(f"run ln -s {host_file} {task.package}/evil.py")
+        env.step(format_tool_call("edit", f"{task.package}/evil.py", "x = 1", body="x = 2"))
+        with open(host_file) as f:
+            assert f.read() == "x = 1\n"
+    finally:
+        env.close()
+        os.remove(host_file)
+
+
+@needs_sandbox
+def test_editor_fixes_with_one_edit_and_its_wrong_share_fails():
+    tasks = store.tasks(12, "train", 0)
+    env = CodefixEnv(EnvConfig(max_steps=6))
+    labels, edits = [], 0
+    try:
+        for task in tasks:
+            actions = agents.editor(task)
+            assert actions[0].startswith("read ") and actions[-1] == "submit" and len(actions) == 3
+            edits += actions[1].startswith("edit ")
+            _, final = agents.play(env, task, agents.editor)
+            labels.append(final.verdict.label)
+            ref = agents._edit(task, task.reference)
+            if ref is not None:  # the reference as one edit passes
+                _, ok = agents.play(env, task, lambda t, ref=ref: ["read x", ref, "submit"])
+                assert ok.verdict.label is Label.PASS, task.name
+    finally:
+        env.close()
+    assert edits >= 10  # nearly every generated fix is one line replaced or lines inserted
+    assert Label.PASS in labels and Label.FAIL in labels  # imperfect: some known-wrong fixes
+    assert not {Label.REWARD_HACK} & set(labels)
+
+
+def test_edit_renders_as_hermes_json_and_parses_back():
+    from agentjax.tasks.codefix import TOOLS
+
+    plain = format_tool_call("edit", "pkg/core.py", "n -= 1", body="n += 1")
+    reply = toolcalls.render(plain, "hermes", TOOLS)
+    assert '"old": "n -= 1"' in reply and '"body": "n += 1"' in reply
+    assert toolcalls.parse(reply, "hermes", TOOLS) == plain
+
+
+def test_codefix_tools_offers_a_subset_and_refuses_unknown_or_no_submit():
+    from agentjax.run import config as runconfig
+    from agentjax.run.sections import CodefixSection
+
+    CodefixSection(tools=("read", "edit", "test", "submit")).check()
+    with pytest.raises(runconfig.ConfigError, match="codefix.tools"):
+        CodefixSection(tools=("read", "frobnicate", "submit")).check()
+    with pytest.raises(runconfig.ConfigError, match="submit"):
+        CodefixSection(tools=("read", "edit")).check()
