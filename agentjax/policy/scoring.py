@@ -86,10 +86,12 @@ def _chunked_logprobs(params, x, targets, c: ModelConfig, transform, mesh):
     def one(p, xy):
         x_c, y_c = xy
         logits = head_logits(p, x_c, config=c, mesh=mesh)
-        with kernel_mesh(c, mesh):
-            return token_logprobs_from_logits(logits, y_c, transform, tile=c.row_tile, exact=c.invariant)
+        return token_logprobs_from_logits(logits, y_c, transform, tile=c.row_tile, exact=c.invariant)
 
-    lp, raw = jax.lax.map(lambda xy: one(params, xy), (x, y))
+    # The map is bound inside the kernels' mesh: differentiating it traces the kernels' forward
+    # rules again at that moment, and a Pallas kernel traced off the mesh cannot be partitioned.
+    with kernel_mesh(c, mesh):
+        lp, raw = jax.lax.map(lambda xy: one(params, xy), (x, y))
     back = lambda a: a.swapaxes(0, 1).reshape(b, m * k)[:, :n]
     return back(lp), back(raw)
 

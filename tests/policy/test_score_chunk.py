@@ -98,3 +98,35 @@ def test_no_whole_sequence_logits_in_the_chunked_gradient():
 def test_score_chunk_must_not_be_negative():
     with pytest.raises(ValueError, match="score_chunk"):
         tiny_dense(score_chunk=-1)
+
+
+def test_chunked_gradient_on_a_mesh_traces_every_kernel_on_it(monkeypatch):
+    """Exact mode's Pallas kernels on 8 CPU devices (rows over data x fsdp, tensor 2): the
+    chunked value and gradient trace every kernel inside the mesh (the map's differentiation
+    traces their forward rules again, so it must be bound on the mesh: Mosaic cannot partition
+    a kernel traced off it), and the value is the single-device unchunked one, bitwise."""
+    from jax.sharding import Mesh
+
+    from agentjax.policy import pallas_kernels as P
+    from agentjax.sharding.rules import ShardingRules, param_shardings
+
+    cfg = tiny_dense(exact_tile=4, exact_kernels="pallas", max_seq_len=24)
+    params = init_params(cfg, jax.random.key(0))
+    tokens, positions = _batch(cfg)
+    tokens, positions = jnp.tile(tokens, (2, 1))[:4], jnp.tile(positions, (2, 1))[:4]
+    want = jax.jit(lambda p: token_logprobs(p, tokens, positions, config=cfg))(params)
+    seen = []
+    where = P.current_mesh
+    monkeypatch.setattr(P, "current_mesh", lambda: seen.append(where()) or seen[-1])
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
+    chunked = cfg.replace(activation_rows=("data", "fsdp"), score_chunk=CHUNK)
+    sharded = jax.device_put(params, param_shardings(params, mesh, ShardingRules()))
+
+    def loss(p):
+        lp, raw = token_logprobs(p, tokens, positions, config=chunked, mesh=mesh)
+        return jnp.sum(lp) + jnp.sum(raw), (lp, raw)
+
+    (_, got), _ = jax.jit(jax.value_and_grad(loss, has_aux=True))(sharded)
+    assert seen and all(ctx is not None for ctx in seen)  # no kernel traced off the mesh
+    for a, r in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, r)
