@@ -18,7 +18,8 @@ def test_an_exact_pallas_run_traces_its_kernels_on_its_meshes(monkeypatch):
     from agentjax.run.build import build, compose, learner_rows
     from agentjax.sharding import multihost
 
-    cfg = tiny_config("sync_exact", model__exact_kernels="pallas", placement__learner_mesh={"data": 2, "fsdp": 2})
+    mesh = {"data": 2, "fsdp": 2}
+    cfg = tiny_config("sync_exact", model__exact_kernels="pallas", placement__learner_mesh=mesh)
     parts = build(runconfig.parse(cfg))
     assert parts.model.invariant == "pallas"
     c = compose(parts)
