@@ -111,9 +111,8 @@ def test_tiny_model_sampler_and_learner_agree_bitwise(dtype):
 def test_tiny_moe_sampler_and_learner_agree_bitwise():
     """The MoE gate normalisation and combine in float32 Pallas kernels (no float64): sampler
     batches 1 and 3 against learner batches, bitwise, routes replayed."""
-    from agentjax.testing.models import tiny_moe
-
     from agentjax.policy.scoring import token_logprobs
+    from agentjax.testing.models import tiny_moe
 
     cfg = tiny_moe(exact_tile=4, exact_kernels="pallas")
     params = init_params(cfg, jax.random.key(0))
@@ -225,21 +224,24 @@ def test_tiny_model_on_a_mesh_gives_the_unpartitioned_log_probs():
 
 
 @pytest.mark.slow
-def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
-    """AOT, Mosaic (interpret=False): the tiny model's exact-mode log-prob value and gradient
-    for one v5e chip (a chip of the v5e:2x2 topology; no float64 reaches the program)."""
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu(moe):
+    """AOT, Mosaic (interpret=False): the tiny model's (and the tiny MoE's, gates and combine
+    included) exact-mode log-prob value and gradient for one v5e chip (a chip of the v5e:2x2
+    topology; no float64 reaches the program)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from agentjax.policy.model import abstract_params
     from agentjax.policy.scoring import token_logprobs
     from agentjax.sharding.topology import TopologyUnavailable, topology_devices
+    from agentjax.testing.models import tiny_moe
 
     try:
         devices = topology_devices("v5e:2x2")
     except TopologyUnavailable as e:
         pytest.skip(f"no TPU compiler: {e}")
     rep = NamedSharding(Mesh(np.array(devices[:1]), ("x",)), PartitionSpec())
-    cfg = tiny_dense(exact_tile=8, exact_kernels="pallas")
+    cfg = (tiny_moe if moe else tiny_dense)(exact_tile=8, exact_kernels="pallas")
     params = abstract_params(cfg)
     tokens = jax.ShapeDtypeStruct((4, 32), jnp.int32)
 
