@@ -297,6 +297,7 @@ def run_case(
         "kind": devices[0].device_kind,
         "hbm": aot.chip_hbm_bytes(devices[0]),
         "tokens": tokens,
+        "score_chunk": cfg.score_chunk,
     }
     l_dev = s_dev = devices
     if placement == "disaggregated":
@@ -379,7 +380,10 @@ exact_pallas_bf16 / exact_pallas_f32 = exact mode's batch-invariant Pallas kerne
 (`exact_kernels="pallas"`, Mosaic, each kernel in a `shard_map` over the mesh) in bf16 /
 float32; exact_bf16 / exact_f32 rows (if any) were compiled with `exact_kernels="tiled"`.
 Rows marked "Nk tokens" fix the sequence length: train sequence = sampler cache = N k, prompt =
-half of it.
+half of it. Rows marked "scored by N" take the learner's log-probs N tokens per row at a time
+(`ModelConfig.score_chunk`, `aot.POD_SCORE_CHUNK`: no `[B, T, V]` logits in the train step;
+exact mode's bits unchanged); rows without it were compiled before that setting existed (their
+rows of more than 2049 tokens held the whole float32 logits).
 Per-chip peak = arguments + outputs - donated aliases + temporaries + generated code (+ the
 optimizer state and KL reference kept resident while a colocated sampler runs). Candidates are
 tried in a fixed order (`LEARNER`, `SAMPLER`, `COLOCATED_SAMPLER` in the script), largest
@@ -421,7 +425,9 @@ def markdown(rows: list[dict], missing: list[str] = ()) -> str:
         head = (
             f"| {r['preset']} ({n_params(preset(r['preset'])) / 1e9:.1f}B) | {topo} "
             f"| {r['placement']} | {r.get('mode', 'fast')}"
-            + (f", {r['tokens'] // 1024}k tokens " if r.get("tokens") else " ")
+            + (f", {r['tokens'] // 1024}k tokens" if r.get("tokens") else "")
+            + (f", scored by {r['score_chunk']}" if r.get("score_chunk") else "")
+            + " "
         )
         if "learner_mesh" not in r:
             lines.append(head + f"| - | - | - | - | - | - | - | - | no: {r['why']} |")

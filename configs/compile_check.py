@@ -30,6 +30,10 @@ def get_config() -> ConfigDict:
     # mesh axes of the "batch" rule below. remat="" leaves the preset's value ("none").
     c.remat = "layer"
     c.activation_rows = _rules_dict()["batch"]
+    # The learner's log-probs taken this many tokens per row at a time (ModelConfig.score_chunk,
+    # aot.POD_SCORE_CHUNK): no [B, T, V] logits in the train step; 0 = whole rows. The default
+    # shapes (2048-token rows) are scored whole either way.
+    c.score_chunk = 2048
     # Fast mode's attention (ModelConfig.attention_*): "auto" attends blockwise (online softmax,
     # O(T x block) memory) from blockwise_from keys and block queries, with the full score
     # tensor otherwise; "full" or "blockwise" force one. Exact mode keeps its own kernels.

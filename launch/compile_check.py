@@ -63,6 +63,7 @@ def run(cfg, topology: str | None = None) -> int:
             )
         model = aot.with_remat(preset(cfg.preset), cfg.remat).replace(
             activation_rows=rows,
+            score_chunk=cfg.score_chunk,
             attention_kernel=cfg.attention.kernel,
             attention_block=cfg.attention.block,
             attention_blockwise_from=cfg.attention.blockwise_from,
@@ -92,7 +93,8 @@ def run(cfg, topology: str | None = None) -> int:
     )
     print(
         f"model: remat={model.remat!r}, activation rows over mesh axes "
-        f"{model.activation_rows or 'none (unconstrained)'}"
+        f"{model.activation_rows or 'none (unconstrained)'}; learner log-probs "
+        + (f"{model.score_chunk} tokens at a time" if model.score_chunk else "over whole rows")
     )
     print(
         f"learner: make_train_step, loss {loss.name} / filter {loss.filter} / kl_coef "

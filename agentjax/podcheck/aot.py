@@ -196,16 +196,30 @@ def batch_axes(rules: ShardingRules) -> tuple[str, ...]:
     return (axes,) if isinstance(axes, str) else tuple(axes or ())
 
 
+# Tokens per row the learner's scorer projects onto the vocabulary at once on a pod
+# (ModelConfig.score_chunk): Qwen3's float32 logits of one 32k sequence are 18.5 GiB, and the
+# gradient holds them and their cotangent; a 2048-token chunk holds 1.2 GiB. Rows of at most
+# 2048 + 1 tokens are scored whole (the default compile_check's shapes are unchanged).
+POD_SCORE_CHUNK = 2048
+
+
 def pod_config(
-    config: ModelConfig, rules: ShardingRules | None = None, *, remat: str = "layer"
+    config: ModelConfig,
+    rules: ShardingRules | None = None,
+    *,
+    remat: str = "layer",
+    score_chunk: int = POD_SCORE_CHUNK,
 ) -> ModelConfig:
-    """``config`` as it should run on a pod: per-layer remat and the hidden rows ``[N, D]`` of
-    every layer constrained to the ``batch`` rule of ``rules`` (``ModelConfig.activation_rows``).
+    """``config`` as it should run on a pod: per-layer remat, the hidden rows ``[N, D]`` of
+    every layer constrained to the ``batch`` rule of ``rules`` (``ModelConfig.activation_rows``)
+    and the learner's log-probs taken ``score_chunk`` tokens at a time (fast and exact alike).
 
     Without the row constraint FSDP training replicates the activations on every chip; without
-    remat the backward pass keeps every layer's intermediates (docs/pod_readiness.md).
+    remat the backward pass keeps every layer's intermediates (docs/pod_readiness.md); without
+    the chunks a long sequence's logits do (docs/pod_fit.md, Qwen3-8B at 32k tokens).
     """
-    return with_remat(config, remat).replace(activation_rows=batch_axes(rules or ShardingRules()))
+    rows = batch_axes(rules or ShardingRules())
+    return with_remat(config, remat).replace(activation_rows=rows, score_chunk=score_chunk)
 
 
 def with_remat(config: ModelConfig, remat: str) -> ModelConfig:

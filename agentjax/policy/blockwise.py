@@ -111,7 +111,12 @@ def _forward(block, scale_d, cap, has_window, qg, k, v, q_pos, k_pos, k_valid, w
         jnp.zeros(shape, jnp.float32),
         jnp.zeros((*shape, v.shape[-1]), jnp.float32),
     )
-    m, l, acc = jax.lax.fori_loop(0, nb, body, init)
+    # A while_loop, not a fori_loop: with a static trip count that is a scan, and inside a scan
+    # over the layers the gradient's partial evaluation stacked its per-block values (masks of
+    # [B, Hkv, G, T, block]) across the blocks as residuals despite the custom_vjp: O(T x S)
+    # bytes per head (Qwen3-8B at 32k: three 32 GiB stacks per chip). A while_loop is never split.
+    step = lambda c: (c[0] + 1, body(c[0], c[1]))
+    _, (m, l, acc) = jax.lax.while_loop(lambda c: c[0] < nb, step, (0, init))
     return acc / l[..., None], m, l
 
 

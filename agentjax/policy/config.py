@@ -151,6 +151,10 @@ class ModelConfig:
     # layer (compile time independent of depth, the choice for deep models); n_layers unrolls
     # them all (a small model's train step ran 12% faster on CPU). The sampler always unrolls.
     layer_unroll: int = 1
+    # The learner's scorer projects onto the vocabulary and takes log-probs this many tokens
+    # per row at a time, each chunk recomputed in the backward pass (policy/scoring.py), so no
+    # [B, T, V] logits buffer is live: 0 = the whole sequence at once. Exact mode: same bits.
+    score_chunk: int = 0
     # Mesh axes the hidden rows [N, D] (N = batch x tokens) are split over at the start of every
     # layer (``with_sharding_constraint``; resolved on the mesh set by ``jax.set_mesh``), e.g.
     # ("data", "fsdp"): the "batch" activation rule. () = no constraint (the model as is).
@@ -208,6 +212,8 @@ class ModelConfig:
                 f"n_experts_per_token={self.n_experts_per_token} is invalid; "
                 f"allowed: 1..n_experts={self.n_experts}"
             )
+        if self.score_chunk < 0:
+            raise ConfigError(f"score_chunk={self.score_chunk} is invalid; 0 (off) or tokens per chunk > 0")
         if self.exact_tile < 0:
             raise ConfigError(f"exact_tile={self.exact_tile} is invalid; 0 (off) or a tile size > 0")
         self._check_layers()

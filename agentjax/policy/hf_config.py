@@ -53,6 +53,7 @@ OVERRIDABLE = (
     "layer_unroll",
     "remat",
     "activation_rows",
+    "score_chunk",
 )
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 _ROPE_KEYS = {

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.policy import blockwise, layers, ordered, pallas_attention, pallas_kernels
+from agentjax.policy import blockwise, layers, ordered, pallas_attention, pallas_kernels, pallas_moe
 
 F64 = jnp.float64
 NEG_INF = -1e30
@@ -319,20 +319,26 @@ def exclusive_cumsum(p):
         return cast((jnp.cumsum(pi, axis=-1) - pi) * _pow2(e), jnp.float32)
 
 
-def normalize(p):
-    """``p / sum(p)`` over the last axis (MoE gates)."""
+def normalize(p, kind: str = "exact_sum"):
+    """``p / sum(p)`` over the last axis (MoE gates; ``kind="pallas"``: the sum in column order,
+    in float32 kernels)."""
 
     def exact(p_):
+        if kind == "pallas":
+            return pallas_moe.normalize(p_)
         with jax.enable_x64(True):
             return cast(p_.astype(F64) / exact_sum(p_.astype(F64), -1)[..., None], p_.dtype)
 
     return _with_standard_grad(exact, lambda p_: p_ / jnp.sum(p_, -1, keepdims=True))(p)
 
 
-def weighted_sum(h, w):
-    """``sum_e h[:, e] * w[:, e, None]`` for h [N, E, D], w [N, E] (MoE combine), in h's dtype."""
+def weighted_sum(h, w, kind: str = "exact_sum"):
+    """``sum_e h[:, e] * w[:, e, None]`` for h [N, E, D], w [N, E] (MoE combine), in h's dtype
+    (``kind="pallas"``: accumulated over e in order, in float32 kernels)."""
 
     def exact(h_, w_):
+        if kind == "pallas":
+            return cast(pallas_moe.weighted_sum(cast(h_, jnp.float32), w_), h_.dtype)
         with jax.enable_x64(True):
             t = cast(h_, F64) * cast(w_, F64)[..., None]  # exact products
             return cast(cast(exact_sum(t, 1), jnp.float32), h_.dtype)
@@ -472,7 +478,7 @@ def moe(x, p, k: int, forced=None, kind: str = "exact_sum"):
     logits = matmul(x, p["router"], kind).astype(jnp.float32)  # [N, E]
     probs = softmax(logits, kind)
     chosen = jax.lax.top_k(logits, k)[1] if forced is None else forced.astype(jnp.int32)
-    gates = normalize(jnp.take_along_axis(probs, chosen, axis=-1))  # [N, k]
+    gates = normalize(jnp.take_along_axis(probs, chosen, axis=-1), kind)  # [N, k]
     n_exp = logits.shape[-1]
     # at most one nonzero term per expert (distinct choices): exact in any order
     weight = jnp.sum(jax.nn.one_hot(chosen, n_exp, dtype=jnp.float32) * gates[..., None], axis=1)
@@ -481,5 +487,5 @@ def moe(x, p, k: int, forced=None, kind: str = "exact_sum"):
     u = dot_general(x, p["w_up"], up, kind=kind)
     down = (((2,), (1,)), ((1,), (0,)))
     h = dot_general(cast(gated(g, u, kind), x.dtype), p["w_down"], down, kind=kind)  # [E,N,D]
-    y = weighted_sum(h.swapaxes(0, 1), weight)
+    y = weighted_sum(h.swapaxes(0, 1), weight, kind)
     return y, chosen.astype(jnp.int32), probs

@@ -53,6 +53,8 @@ __all__ = [
     "critic_config",
     "critic_values",
     "forward",
+    "head_logits",
+    "hidden",
     "init_cache",
     "init_params",
     "logical_axes",
@@ -156,20 +158,49 @@ def forward(
     """
     c = config
     b, t = tokens.shape
+    _check_inputs(c, tokens, positions, routes)
+    with kernel_mesh(c, mesh):
+        x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh)
+        logits = _head(c, params, x, b, t, logits_at)
+    return logits, new_cache, _aux(c, params, x, chosen, probs, b, t)
+
+
+def _check_inputs(c: ModelConfig, tokens, positions, routes) -> None:
     if positions.shape != tokens.shape:
         raise ValueError(f"positions {positions.shape} must match tokens {tokens.shape}")
     check_token_ids("forward(tokens)", tokens, c.vocab_size)
     if routes is not None and not c.is_moe:
         raise ValueError("routes were given but the model has no experts (n_experts=0)")
-    with kernel_mesh(c, mesh):
-        x, new_cache, chosen, probs = trunk(c, params, tokens, positions, cache, routes, layout, mesh)
-        logits = _head(c, params, x, b, t, logits_at)
+
+
+def _aux(c: ModelConfig, params, x, chosen, probs, b, t):
     aux = {}
     if c.is_moe:
         aux.update(_moe_aux(c, chosen, probs, b, t))
     if c.value_head == ValueHead.SHARED:
         aux["values"] = _value(x, params["value_head"]).reshape(b, t)
-    return logits, new_cache, aux
+    return aux
+
+
+def hidden(params, tokens, positions, *, config: ModelConfig, routes=None, mesh=None):
+    """``(x, aux)``: the final-normed rows ``[B, T, D]`` that :func:`forward` (no cache,
+    ``Layout.STACKED``) projects onto the vocabulary, and its aux metrics. With
+    :func:`head_logits` a caller projects a part of them at a time (the scorer's
+    ``ModelConfig.score_chunk``): in exact mode those logits are bitwise the full call's."""
+    c = config
+    b, t = tokens.shape
+    _check_inputs(c, tokens, positions, routes)
+    with kernel_mesh(c, mesh):
+        x, _, chosen, probs = trunk(c, params, tokens, positions, None, routes, Layout.STACKED, mesh)
+    return x.reshape(b, t, -1), _aux(c, params, x, chosen, probs, b, t)
+
+
+def head_logits(params, x, *, config: ModelConfig, mesh=None):
+    """Logits ``[B, K, V]`` (head dtype) of final-normed rows ``x`` ``[B, K, D]`` (from
+    :func:`hidden`): the vocabulary head of :func:`forward`, with its kernels."""
+    b, k, _ = x.shape
+    with kernel_mesh(config, mesh):
+        return _head(config, params, x.reshape(b * k, -1), b, k, None)
 
 
 def kernel_mesh(c: ModelConfig, mesh):

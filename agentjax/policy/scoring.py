@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import token_logprobs_from_logits
-from agentjax.policy.model import Layout, check_token_ids, forward, kernel_mesh
+from agentjax.policy.model import Layout, check_token_ids, forward, head_logits, hidden, kernel_mesh
 
 
 def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Array:
@@ -49,16 +49,51 @@ def pad_positions(lengths: jax.Array, width: int, pad_position: int) -> jax.Arra
 
 
 def _score(params, tokens, positions, routes, config: ModelConfig, transform, mesh):
-    logits, _, aux = forward(
-        params, tokens, positions, config=config, routes=routes, layout=Layout.STACKED, mesh=mesh
-    )
-    with kernel_mesh(config, mesh):  # the log-softmax kernel partitions like the model's
-        lp, raw = token_logprobs_from_logits(
-            logits[:, :-1], tokens[:, 1:], transform, tile=config.row_tile, exact=config.invariant
+    c = config
+    if c.score_chunk and tokens.shape[1] - 1 > c.score_chunk:
+        x, aux = hidden(params, tokens, positions, config=c, routes=routes, mesh=mesh)
+        lp, raw = _chunked_logprobs(params, x[:, :-1], tokens[:, 1:], c, transform, mesh)
+    else:
+        logits, _, aux = forward(
+            params, tokens, positions, config=c, routes=routes, layout=Layout.STACKED, mesh=mesh
         )
+        with kernel_mesh(c, mesh):  # the log-softmax kernel partitions like the model's
+            lp, raw = token_logprobs_from_logits(
+                logits[:, :-1], tokens[:, 1:], transform, tile=c.row_tile, exact=c.invariant
+            )
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     out = (jnp.concatenate([zero, lp], 1), jnp.concatenate([zero, raw], 1))
     return out, aux.get("routes")
+
+
+def _chunked_logprobs(params, x, targets, c: ModelConfig, transform, mesh):
+    """Log-probs of ``targets`` [B, n] from the rows ``x`` [B, n, D], ``c.score_chunk`` columns
+    at a time (``lax.map``; the last chunk padded with row 0's target, its values dropped).
+
+    Each chunk is a ``jax.checkpoint``: the backward recomputes its [B, chunk, V] logits instead
+    of keeping them, so at most one chunk's logits (and their gradient) is live, not [B, n, V].
+    Every row's value comes from the same kernels on the same row, and exact mode's kernels
+    are batch-invariant, so exact mode gives the unchunked call's bits (tests/policy).
+    """
+    b, n, d = x.shape
+    k = c.score_chunk
+    m = -(-n // k)
+    pad = m * k - n
+    x = jnp.pad(x, ((0, 0), (0, pad), (0, 0))).reshape(b, m, k, d).swapaxes(0, 1)
+    y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, m, k).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(p, xy):
+        x_c, y_c = xy
+        logits = head_logits(p, x_c, config=c, mesh=mesh)
+        return token_logprobs_from_logits(logits, y_c, transform, tile=c.row_tile, exact=c.invariant)
+
+    # The map is bound inside the kernels' mesh: differentiating it traces the kernels' forward
+    # rules again at that moment, and a Pallas kernel traced off the mesh cannot be partitioned.
+    with kernel_mesh(c, mesh):
+        lp, raw = jax.lax.map(lambda xy: one(params, xy), (x, y))
+    back = lambda a: a.swapaxes(0, 1).reshape(b, m * k)[:, :n]
+    return back(lp), back(raw)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))

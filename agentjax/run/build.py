@@ -126,8 +126,16 @@ def compose(parts: Parts) -> Composed:
     run = parts.run
     placement = _placement(run)
     transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
+    # Each side gets the mesh its arrays live on: exact mode's Pallas kernels run in a shard_map
+    # over it (Mosaic cannot partition a kernel traced off the mesh). The samplers get the
+    # parameters through multihost.local_view: on the sampler mesh in one process, on one local
+    # device with several (each process samples its share there), so then no mesh.
+    s_mesh = None if multihost.is_distributed() else placement.sampler_mesh
     sampler = Sampler(
-        sampler_model(parts.model, run.sampler), transform=transform, stop_tokens=(parts.codec.stop,)
+        sampler_model(parts.model, run.sampler),
+        transform=transform,
+        stop_tokens=(parts.codec.stop,),
+        mesh=s_mesh,
     )
     tx = make_optimizer(run.optim)
     learner = LearnerParts(
@@ -142,6 +150,7 @@ def compose(parts: Parts) -> Composed:
             transform=transform,
             grad_accum=run.optim.grad_accum,
             minibatches=run.optim.minibatches,
+            mesh=placement.learner_mesh,
         ),
         # learner parameters of recent versions, for log-probs at each token's behaviour version
         kept_versions=(
@@ -153,7 +162,7 @@ def compose(parts: Parts) -> Composed:
         rows=learner_rows(run),
         spread=spreads(run),
     )
-    greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,))
+    greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,), mesh=s_mesh)
     exchange = Exchange.of_jax(run.placement.peer_timeout_s) if multihost.is_distributed() else None
     worker = make_worker(run, parts, sampler, None if spreads(run) else exchange)
     return Composed(parts, placement, sampler, greedy, learner, worker, exchange)

@@ -39,6 +39,7 @@ class HFModel:
     layer_unroll: int | None = None
     remat: Remat | None = None
     activation_rows: tuple[str, ...] | None = None
+    score_chunk: int | None = None  # ModelConfig.score_chunk: long rows' log-probs by chunks
 
     def __post_init__(self):
         object.__setattr__(self, "tool_format", toolcalls.ToolFormat.parse("tool_format", self.tool_format))

@@ -265,3 +265,22 @@ def test_compiled_temporaries_grow_as_t_squared_for_full_scores_and_as_t_blockwi
     for small, large in zip(block, block[1:], strict=False):
         assert large <= 2.2 * small, block  # doubling T doubles it
     assert block[2] * 6 < full[2], (block, full)
+
+
+def _in_a_layer_scan(attn):
+    """``attn`` applied twice in a ``lax.scan``, as the model's stacked layers run it."""
+
+    def f(q, k, v, pos):
+        return jax.lax.scan(lambda x, _: (attn(x, k, v, pos), None), q, None, length=2)[0]
+
+    return f
+
+
+def test_blockwise_gradient_inside_a_layer_scan_grows_as_t():
+    """Inside a scan over layers the gradient's partial evaluation split the forward's key-block
+    loop (a fori_loop, i.e. a scan) and stacked its per-block masks across the blocks, a
+    [blocks, B, Hkv, G, T, block] boolean: T^2 bytes per head (Qwen3-8B at 32k tokens, fast
+    mode: three 32 GiB stacks per chip). The loop is a while_loop now: the temporaries grow as T."""
+    block = [_temp_bytes(_in_a_layer_scan(BLOCKWISE), t, True) for t in (1024, 2048, 4096)]
+    for small, large in zip(block, block[1:], strict=False):
+        assert large <= 2.2 * small, block  # doubling T doubles it

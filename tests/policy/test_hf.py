@@ -142,6 +142,7 @@ def test_config_mapping_by_hand():
     c4 = config_from_hf(_cfg(rope_scaling=None, head_dim=None, num_key_value_heads=None))
     assert (c4.rope_theta, c4.head_dim, c4.n_kv_heads, c4.norm_eps) == (500.0, 8, 4, 1e-5)
     assert not c4.tie_embeddings and c4.max_seq_len == 64
+    assert config_from_hf(_cfg(), score_chunk=2048).score_chunk == 2048  # a run's long rows
     with pytest.raises(HFImportError, match="hidden_size"):
         config_from_hf({k: v for k, v in _cfg().items() if k != "hidden_size"})
     with pytest.raises(HFImportError, match="vocab_size"):

@@ -108,6 +108,37 @@ def test_tiny_model_sampler_and_learner_agree_bitwise(dtype):
     assert n_tokens >= 40
 
 
+def test_tiny_moe_sampler_and_learner_agree_bitwise():
+    """The MoE gate normalisation and combine in float32 Pallas kernels (no float64): sampler
+    batches 1 and 3 against learner batches, bitwise, routes replayed."""
+    from agentjax.policy.scoring import token_logprobs
+    from agentjax.testing.models import tiny_moe
+
+    cfg = tiny_moe(exact_tile=4, exact_kernels="pallas")
+    params = init_params(cfg, jax.random.key(0))
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    score = jax.jit(lambda p, t_: token_logprobs(p, t_, t_, config=cfg))
+    assert "f64" not in score.lower(params, tokens).as_text()  # TPUs have no float64
+    _, n_tokens = _check_contract(
+        cfg, params, (1, 3), np.random.default_rng(2), transform=T, max_new=5, prompt_width=5, compositions=1
+    )
+    assert n_tokens >= 15
+
+
+def test_moe_kernels_are_row_invariant_and_close_to_the_float64_ones():
+    from agentjax.policy import pallas_moe
+
+    p, h, w = jnp.abs(normal(37, 4)), normal(37, 6, 130), normal(37, 6)
+    gates, combined = pallas_moe.normalize(p), pallas_moe.weighted_sum(h, w)
+    np.testing.assert_array_equal(pallas_moe.normalize(p[5:6]), gates[5:6])
+    np.testing.assert_array_equal(pallas_moe.weighted_sum(h[5:9], w[5:9]), combined[5:9])
+    with jax.enable_x64(False):
+        np.testing.assert_allclose(gates, K.normalize(p), rtol=1e-6)
+        np.testing.assert_allclose(combined, K.weighted_sum(h, w), rtol=1e-5, atol=1e-5)
+    text = str(jax.make_jaxpr(lambda a, b: K.weighted_sum(a, b, "pallas"))(h, w))
+    assert "f64" not in text and "pallas_call" in text
+
+
 def _mesh(shape, names):
     from jax.sharding import Mesh
 
@@ -193,21 +224,24 @@ def test_tiny_model_on_a_mesh_gives_the_unpartitioned_log_probs():
 
 
 @pytest.mark.slow
-def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu():
-    """AOT, Mosaic (interpret=False): the tiny model's exact-mode log-prob value and gradient
-    for one v5e chip (a chip of the v5e:2x2 topology; no float64 reaches the program)."""
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_an_exact_step_with_the_pallas_kernels_compiles_for_tpu(moe):
+    """AOT, Mosaic (interpret=False): the tiny model's (and the tiny MoE's, gates and combine
+    included) exact-mode log-prob value and gradient for one v5e chip (a chip of the v5e:2x2
+    topology; no float64 reaches the program)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from agentjax.policy.model import abstract_params
     from agentjax.policy.scoring import token_logprobs
     from agentjax.sharding.topology import TopologyUnavailable, topology_devices
+    from agentjax.testing.models import tiny_moe
 
     try:
         devices = topology_devices("v5e:2x2")
     except TopologyUnavailable as e:
         pytest.skip(f"no TPU compiler: {e}")
     rep = NamedSharding(Mesh(np.array(devices[:1]), ("x",)), PartitionSpec())
-    cfg = tiny_dense(exact_tile=8, exact_kernels="pallas")
+    cfg = (tiny_moe if moe else tiny_dense)(exact_tile=8, exact_kernels="pallas")
     params = abstract_params(cfg)
     tokens = jax.ShapeDtypeStruct((4, 32), jnp.int32)
 

@@ -161,6 +161,7 @@ def test_pod_config_keeps_values_and_gradients():
     c = tiny_dense()
     pod = aot.pod_config(c)
     assert pod.remat == "layer" and pod.activation_rows == ("data", "fsdp")
+    assert pod.score_chunk == aot.POD_SCORE_CHUNK and aot.pod_config(c, score_chunk=0).score_chunk == 0
     assert aot.pod_config(c, ShardingRules().replace(batch="data")).activation_rows == ("data",)
     params = init_params(c, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (8, 16), 0, c.vocab_size)
