@@ -58,7 +58,10 @@ def train(n: int, workdir: str, *flags: str) -> dict:
     port = _port()
     dist = lambda i: [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={n}", f"--process_id={i}"]  # noqa: E731
     cmds = [base + dist(i) for i in range(n)] if n else [base]
-    procs = [subprocess.Popen(c, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in cmds]
+    procs = [
+        subprocess.Popen(c, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for c in cmds
+    ]
     outs = [p.communicate(timeout=3600)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
         if p.returncode:
@@ -71,10 +74,15 @@ def row(n: int, mode: str, clock: str, steps: int, latency: float) -> dict:
     with tempfile.TemporaryDirectory() as wd:
         engine = "8" if clock == "real" else "0"
         r = train(
-            n, os.path.join(wd, "run"), f"--config.scheduler.clock={clock}", f"--config.scheduler.mode={mode}",
-            f"--config.scheduler.engine_slots={engine}", f"--config.rl.steps={steps}", f"--config.rl.eval_every={steps}",
+            n,
+            os.path.join(wd, "run"),
+            f"--config.scheduler.clock={clock}",
+            f"--config.scheduler.mode={mode}",
+            f"--config.scheduler.engine_slots={engine}",
+            f"--config.rl.steps={steps}",
+            f"--config.rl.eval_every={steps}",
             f"--config.scheduler.env_latency_scale={latency if clock == 'real' else 0.0}",
-        )  # fmt: skip
+        )
     s, steps_rows = r["summary"], [x for x in r["rows"] if "loss/total" in x]
     t1, tn = steps_rows[0]["virtual_time"], steps_rows[-1]["virtual_time"]
     kv = sum(s.get("processes", {}).get("kv_bytes_sent", [0]))
@@ -98,7 +106,12 @@ def sync_row(n: int) -> dict:
     port = _port()
     cmd = lambda i: [sys.executable, "benchmarks/multihost_sync.py", "--coordinator", f"127.0.0.1:{port}",  # noqa: E731
                      "--processes", str(n), "--process_id", str(i)]  # fmt: skip
-    procs = [subprocess.Popen(cmd(i), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            cmd(i), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        for i in range(n)
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     return json.loads(next(ln for ln in outs[0].splitlines() if ln.startswith("{")))
 
@@ -125,9 +138,13 @@ def encoding(lengths=(64, 2048, 32768)) -> list[dict]:
             obs = rng.integers(0, 32000, per - act.size).astype(np.int32)
             turns.append(Turn(ctx, act, lp, lp, np.zeros(act.size, np.int32), obs))
             ctx = np.concatenate([ctx, act, obs])
-        t = Trajectory("task", "default", turns, StopReason.FINISHED, [0.0] * 4, 1.0, "pass", timings={"env": 1.0})
+        t = Trajectory(
+            "task", "default", turns, StopReason.FINISHED, [0.0] * 4, 1.0, "pass", timings={"env": 1.0}
+        )
         full = len(pickle.dumps((0, RoundResult(None, t, 1.0)), protocol=pickle.HIGHEST_PROTOCOL))
-        meta = len(pickle.dumps((0, metadata(RoundResult(None, t, 1.0), 0)), protocol=pickle.HIGHEST_PROTOCOL))
+        meta = len(
+            pickle.dumps((0, metadata(RoundResult(None, t, 1.0), 0)), protocol=pickle.HIGHEST_PROTOCOL)
+        )
         out.append({"tokens": n, "trajectory_bytes": full, "metadata_bytes": meta, "ratio": full / meta})
     return out
 
@@ -137,11 +154,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--processes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--latency-scale", type=float, default=1.0)
-    ap.add_argument("--encoding-only", action="store_true", help="only the bytes-by-length table (updates the JSON)")
+    ap.add_argument(
+        "--encoding-only", action="store_true", help="only the bytes-by-length table (updates the JSON)"
+    )
     args = ap.parse_args()
     path = os.path.join(ROOT, "benchmarks", "results", "multihost.json")
     enc = encoding()
-    print("tokens per episode | bytes per round: trajectory (virtual clock) -> metadata (real clock) (x less)")
+    print(
+        "tokens per episode | bytes per round: trajectory (virtual clock) -> metadata (real clock) (x less)"
+    )
     for e in enc:
         print(f"{e['tokens']:18d} | {e['trajectory_bytes']} -> {e['metadata_bytes']} ({e['ratio']:.0f}x)")
     if args.encoding_only:
@@ -159,7 +180,10 @@ def main() -> None:
             rows.append(row(n, "windowed_fifo", "virtual", args.steps, 0.0))  # the exchange: "before"
             print(json.dumps(rows[-1]), flush=True)
     syncs = [sync_row(n) for n in args.processes]
-    print("\nprocesses | sync traj/s | async traj/s | async/sync | held-out (sync, async) | KV B/step before -> after (x less)")
+    print(
+        "\nprocesses | sync traj/s | async traj/s | async/sync | held-out (sync, async) "
+        "| KV B/step before -> after (x less)"
+    )
     for n in [1, *args.processes]:
         real = {r["mode"]: r for r in rows if r["processes"] == n and r["clock"] == "real"}
         virt = next((r for r in rows if r["processes"] == n and r["clock"] == "virtual"), None)
@@ -168,13 +192,19 @@ def main() -> None:
             f"{virt['kv_bytes_per_step']:.0f} -> {a['kv_bytes_per_step']:.0f} "
             f"({virt['kv_bytes_per_step'] / max(a['kv_bytes_per_step'], 1):.1f}x)"
         )  # fmt: skip
+        ratio = a["traj_per_s"] / s["traj_per_s"]
         print(
-            f"{n:9d} | {s['traj_per_s']:11.2f} | {a['traj_per_s']:12.2f} | {a['traj_per_s'] / s['traj_per_s']:9.2f}x | "
+            f"{n:9d} | {s['traj_per_s']:11.2f} | {a['traj_per_s']:12.2f} | {ratio:9.2f}x | "
             f"{s['heldout_success']:.3f}, {a['heldout_success']:.3f} | {kv}"
         )
-    print("\nweight sync across processes (all-gather onto each sampler): ours vs a raw all-gather of the same bytes")
+    print(
+        "\nweight sync across processes (all-gather onto each sampler) vs a raw all-gather of the same bytes"
+    )
     for r in syncs:
-        print(f"{r['processes']} processes: {r['bytes']} B, {r['sync_s'] * 1e3:.2f} ms vs raw {r['raw_s'] * 1e3:.2f} ms ({r['ratio']:.2f}x)")
+        ms, raw = r["sync_s"] * 1e3, r["raw_s"] * 1e3
+        print(
+            f"{r['processes']} processes: {r['bytes']} B, {ms:.2f} ms vs raw {raw:.2f} ms ({r['ratio']:.2f}x)"
+        )
     out = {
         "machine": platform.machine(), "cpus": os.cpu_count(), "steps": args.steps,
         "latency_scale": args.latency_scale, "rows": rows, "weight_sync": syncs, "encoding": enc,

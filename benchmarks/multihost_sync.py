@@ -49,7 +49,9 @@ def main() -> None:
     params = multihost.to_global(host, param_shardings(host, mesh, ShardingRules()))
     nbytes = tree_bytes(params)
     n = -(-nbytes // 4 // jax.device_count()) * jax.device_count()
-    flat = jax.make_array_from_callback((n,), NamedSharding(mesh, PartitionSpec("fsdp")), lambda i: np.ones(n, np.float32)[i])
+    flat = jax.make_array_from_callback(
+        (n,), NamedSharding(mesh, PartitionSpec("fsdp")), lambda i: np.ones(n, np.float32)[i]
+    )
 
     def timed(tree) -> float:
         out = []
@@ -61,7 +63,13 @@ def main() -> None:
 
     ours, raw = timed(params), timed(flat)
     if args.process_id == 0:
-        row = {"processes": args.processes, "bytes": nbytes, "sync_s": ours, "raw_s": raw, "ratio": ours / raw}
+        row = {
+            "processes": args.processes,
+            "bytes": nbytes,
+            "sync_s": ours,
+            "raw_s": raw,
+            "ratio": ours / raw,
+        }
         print(json.dumps(row), flush=True)
 
 

@@ -52,7 +52,10 @@ def evaluate(
     idx = list(range(len(tasks)))
     if exchange is None:
         played = run(idx)
-        return {**_metrics(played), sample_episodes.KEY: sample_episodes.samples([t for t, *_ in played], codec)}
+        return {
+            **_metrics(played),
+            sample_episodes.KEY: sample_episodes.samples([t for t, *_ in played], codec),
+        }
     held: dict[int, Any] = {}  # this process's episodes, whole (by task index)
 
     def run_share(share: list[int]) -> list[tuple]:

@@ -49,7 +49,9 @@ def batch_spec(mesh, ndim: int) -> PartitionSpec:
     return PartitionSpec(axes if axes else None, *([None] * (ndim - 1)))
 
 
-def slots(mesh, rows: int, process_of: Callable = lambda d: d.process_index) -> tuple[int, dict[int, list[int]]]:
+def slots(
+    mesh, rows: int, process_of: Callable = lambda d: d.process_index
+) -> tuple[int, dict[int, list[int]]]:
     """``(staging rows, {process: its slots})``: a staging array split like the batch over the
     mesh's data axes, with at least ``rows + 1`` slots on every process's devices."""
     split = int(np.prod([mesh.shape[a] for a in _axes(mesh)]))

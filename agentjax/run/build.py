@@ -204,7 +204,9 @@ def _placement(run: runconfig.RunConfig) -> Placement:
     return placement
 
 
-def make_worker(run: runconfig.RunConfig, parts: Parts, sampler, exchange: Exchange | None = None) -> SamplerWorker:
+def make_worker(
+    run: runconfig.RunConfig, parts: Parts, sampler, exchange: Exchange | None = None
+) -> SamplerWorker:
     """The run's rollout worker, built whole: the slot engine and its environment pool when
     ``scheduler.engine_slots`` > 0 (same trajectories as lock-step in exact mode), and
     ``exchange`` (several processes on the virtual clock) through which each samples its share of

@@ -131,7 +131,9 @@ class ReplayClock(RealClock):
         return {"replayed": os.path.abspath(self.source)}
 
 
-def choose(clock: Clock, schedule=None, source: str = "", channel=None) -> VirtualClock | RealClock | ReplayClock:
+def choose(
+    clock: Clock, schedule=None, source: str = "", channel=None
+) -> VirtualClock | RealClock | ReplayClock:
     """The run's clock value: ``schedule`` (the deliveries of ``source``) replays a real-time run;
     ``channel``: the control plane of a multi-process real-time run."""
     if schedule is not None:

@@ -132,10 +132,14 @@ class SpreadExecutor(RealtimeExecutor):
             from agentjax.sampling.replay import ScheduleError  # noqa: PLC0415
 
             if self._k >= len(self.recorded):
-                raise ScheduleError(f"--replay: the schedule ends after {self._k} deliveries; the run asks for more")
+                raise ScheduleError(
+                    f"--replay: the schedule ends after {self._k} deliveries; the run asks for more"
+                )
             ticket, at = self.recorded[self._k]
             if ticket not in self._live:
-                raise ScheduleError(f"--replay diverged at delivery {self._k}: ticket {ticket} is not in flight")
+                raise ScheduleError(
+                    f"--replay diverged at delivery {self._k}: ticket {ticket} is not in flight"
+                )
             return ticket, at
         ticket, at = self.ch.read(ORDER, LEADER, f"the decision maker's delivery {self._k}")
         return int(ticket), float(at)

@@ -218,4 +218,3 @@ class Channel:
         except Exception:  # noqa: BLE001 - the coordinator itself is gone: everyone else is dead
             return [p for p in range(self.count) if p != self.process]
         return [p for p in range(self.count) if p not in live]
-

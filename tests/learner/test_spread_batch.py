@@ -63,7 +63,13 @@ def test_rows_staged_on_their_holders_assemble_into_one_process_batch(seed, proc
         assert got[k].sharding.is_equivalent_to(ref[k].sharding, want[k].ndim), k
         np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=k)
     m = batch_metrics([meta_of(t) for t in trajs], rewards, length)
-    for k in ("batch/rows", "batch/groups", "batch/action_tokens", "batch/truncated_tokens", "batch/reward_mean"):
+    for k in (
+        "batch/rows",
+        "batch/groups",
+        "batch/action_tokens",
+        "batch/truncated_tokens",
+        "batch/reward_mean",
+    ):
         assert m[k] == pytest.approx(want_m[k]), k
 
 

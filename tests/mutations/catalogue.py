@@ -322,6 +322,8 @@ MUTATIONS = (
         "agentjax/learner/spread_batch.py",
         "    return np.asarray(src + [pad] * (rows - len(src)), np.int32)",
         "    return np.asarray(sorted(src) + [pad] * (rows - len(src)), np.int32)",
-        ("tests/learner/test_spread_batch.py::test_rows_staged_on_their_holders_assemble_into_one_process_batch",),
+        (
+            "tests/learner/test_spread_batch.py::test_rows_staged_on_their_holders_assemble_into_one_process_batch",
+        ),
     ),
 )

@@ -71,7 +71,9 @@ class Worker:
 
 def learner(params, train):
     """Reads only what every process holds: the batch's metadata."""
-    x = np.array([c.trajectory.num_action_tokens * (1 + (c.trajectory.final_reward or 0)) for c in train.batch])
+    x = np.array(
+        [c.trajectory.num_action_tokens * (1 + (c.trajectory.final_reward or 0)) for c in train.batch]
+    )
     return params * 0.5 + np.sin(x * np.arange(1, x.size + 1)).sum()
 
 
@@ -96,7 +98,9 @@ def _run_processes(monkeypatch, scales, steps=6):
                 worker,
                 learner,
                 np.zeros(3),
-                config=sch.SchedulerConfig(mode="windowed_fifo", window=8, num_slots=8, learner_step_time=1.0),
+                config=sch.SchedulerConfig(
+                    mode="windowed_fifo", window=8, num_slots=8, learner_step_time=1.0
+                ),
                 staleness_config=stl.StalenessConfig(max_version_gap=2),
                 batch_size=8,
                 num_steps=steps,
@@ -116,7 +120,9 @@ def _run_processes(monkeypatch, scales, steps=6):
     return store, out
 
 
-@pytest.mark.parametrize("scales", [(2e-4, 2e-4), (1e-4, 6e-4), (3e-4, 1e-4, 2e-4)], ids=["even", "slow1", "three"])
+@pytest.mark.parametrize(
+    "scales", [(2e-4, 2e-4), (1e-4, 6e-4), (3e-4, 1e-4, 2e-4)], ids=["even", "slow1", "three"]
+)
 def test_every_process_takes_the_same_decisions_and_only_metadata_crosses(monkeypatch, scales):
     store, out = _run_processes(monkeypatch, scales)
     assert all(not isinstance(v, Exception) for v in out.values()), out
