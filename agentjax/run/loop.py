@@ -81,10 +81,11 @@ class LearnerJob:
         placement = self.c.placement
         synced = self.sync.syncs
         params = sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
-        t0 = time.perf_counter()  # several processes: every process's sampler gets a whole copy
-        self.sampler_params = jax.block_until_ready(multihost.local_view(params))
-        if multihost.is_distributed():
+        if multihost.is_distributed():  # every process's sampler gets a whole copy: timed
+            t0 = time.perf_counter()
+            params = jax.block_until_ready(multihost.local_view(params))
             self.sync.gathered(tree_bytes(params), time.perf_counter() - t0)
+        self.sampler_params = params
         if placement.colocated or self.sync.syncs > synced:
             self.sampler_version = w.version  # else the sampler keeps older weights (sync_every > 1)
         self.c.worker.publish(
