@@ -69,6 +69,15 @@ def _start(n: int, host_devices: int, workdir, *extra: str) -> list[subprocess.P
     return procs
 
 
+def kill_after_checkpoint(procs: list[subprocess.Popen], workdir, victim: int, step: int = 2) -> None:
+    """SIGKILLs process ``victim`` once the run has written checkpoint ``step`` (process 0 alive)."""
+    deadline = time.time() + 900
+    while time.time() < deadline and not (workdir / "checkpoints" / str(step)).is_dir():
+        assert procs[0].poll() is None, procs[0].communicate()[0][-4000:]
+        time.sleep(0.05)
+    os.kill(procs[victim].pid, signal.SIGKILL)
+
+
 def _run(n: int, host_devices: int, workdir, *extra: str) -> list[str]:
     procs = _start(n, host_devices, workdir, *extra)
     outs = [p.communicate(timeout=1200)[0] for p in procs]
@@ -134,11 +143,7 @@ def test_four_processes_equal_two_over_the_same_four_devices(tmp_path):
 def test_a_killed_process_fails_the_run_and_resume_continues_exactly(two_processes, tmp_path):
     wd = tmp_path / "killed"
     procs = _start(2, 1, wd)
-    deadline = time.time() + 900
-    while time.time() < deadline and not (wd / "checkpoints" / "2").is_dir():
-        assert procs[0].poll() is None, procs[0].communicate()[0][-4000:]
-        time.sleep(0.05)
-    os.kill(procs[1].pid, signal.SIGKILL)
+    kill_after_checkpoint(procs, wd, victim=1)
     t0 = time.time()
     out = procs[0].communicate(timeout=300)[0]  # fails within the peer timeout (20 s): no hang
     procs[1].communicate()

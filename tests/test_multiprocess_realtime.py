@@ -13,14 +13,13 @@ process that sampled it, the learner batch assembled on the devices from process
 
 import json
 import os
-import signal
 import time
 
 import numpy as np
 import pytest
 
 from agentjax.learner.journal import Journal
-from tests.test_multiprocess import _run, _start
+from tests.test_multiprocess import _run, _start, kill_after_checkpoint
 
 STEPS = 4
 REAL = (
@@ -85,11 +84,7 @@ def test_a_replay_of_a_multi_process_real_time_run_is_bitwise(realtime_four, tmp
 def test_when_a_process_dies_the_other_stops_with_a_named_error(tmp_path):
     wd = tmp_path / "killed"
     procs = _start(2, 1, wd, *REAL)
-    deadline = time.time() + 900
-    while time.time() < deadline and not (wd / "checkpoints" / "2").is_dir():
-        assert procs[0].poll() is None, procs[0].communicate()[0][-4000:]
-        time.sleep(0.05)
-    os.kill(procs[1].pid, signal.SIGKILL)
+    kill_after_checkpoint(procs, wd, victim=1)
     t0 = time.time()
     out = procs[0].communicate(timeout=300)[0]
     procs[1].communicate()
