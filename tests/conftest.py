@@ -44,3 +44,41 @@ def tiny_hf_dir(tmp_path_factory):
     from launch import make_tiny_hf  # noqa: PLC0415
 
     return make_tiny_hf.make(tmp_path_factory.mktemp("tiny_qwen3"))
+
+
+# The files that take longest (serial seconds of the 2026-12-06 suite, most first). Each file runs
+# on one worker (``--dist loadfile``); pytest-xdist hands files out in collection order
+# (``--no-loadscope-reorder``), so the longest start first and the short ones fill in behind them
+# instead of a multi-process file starting last and running alone at the end.
+LONGEST_FIRST = (
+    "test_multiprocess_realtime.py",
+    "test_multiprocess.py",
+    "test_system.py",
+    "test_realtime.py",
+    "test_features.py",
+    "diagnostics/test_consistency.py",
+    "test_codefix_training.py",
+    "test_user_task.py",
+    "test_dataset_task.py",
+    "policy/test_pallas_exact.py",
+    "test_configs.py",
+    "test_feature_effects.py",
+    "test_eval.py",
+    "sharding/test_aot.py",
+    "policy/test_blockwise.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """The files of :data:`LONGEST_FIRST` first, in its order, then the others, most tests first
+    (a stable sort: every worker collects the same order, tests keep their order in a file)."""
+    count: dict[str, int] = {}
+    for it in items:
+        count[it.nodeid.split("::")[0]] = count.get(it.nodeid.split("::")[0], 0) + 1
+
+    def rank(it):
+        path = it.nodeid.split("::")[0].removeprefix("tests/")
+        known = LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (known, -count[it.nodeid.split("::")[0]], it.nodeid.split("::")[0])
+
+    items.sort(key=rank)

@@ -6,9 +6,8 @@ process that sampled it, the learner batch assembled on the devices from process
   metadata goes through the coordinator's key-value store (its bytes are counted);
 * ``--replay`` of that run on four processes gives the same trajectories and parameters, bitwise;
 * two processes: one is SIGKILLed after a checkpoint, the other stops with a named error (no
-  hang). ``--resume`` after such a kill is not tested here: a four-process resume hung once
-  (process 0 one delivery ahead of the others at the last step; cause not found, see the
-  closing note of 2026-12-06).
+  hang), and ``--resume`` finishes the run on the real clock (not bitwise: the episodes in flight
+  are sampled again).
 """
 
 import json
@@ -81,7 +80,7 @@ def test_a_replay_of_a_multi_process_real_time_run_is_bitwise(realtime_four, tmp
 
 
 @pytest.mark.slow
-def test_when_a_process_dies_the_other_stops_with_a_named_error(tmp_path):
+def test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finishes(tmp_path):
     wd = tmp_path / "killed"
     procs = _start(2, 1, wd, *REAL)
     kill_after_checkpoint(procs, wd, victim=1)
@@ -93,3 +92,8 @@ def test_when_a_process_dies_the_other_stops_with_a_named_error(tmp_path):
     causes = ("peer error: process 1 of 2", "task 1 heartbeat timeout", "another task died", "stopped")
     assert any(c in out.lower() for c in causes), out[-6000:]
     assert not (wd / "summary.json").exists()
+    outs = _run(2, 1, wd, *REAL, "--resume")
+    assert all(f"step    {STEPS}/{STEPS} |" in out for out in outs)
+    assert "resumed from step 2" in outs[0]
+    s = json.load(open(wd / "summary.json"))
+    assert s["process_count"] == 2 and s["realtime"]["processes"] == 2

@@ -176,7 +176,7 @@ def train(
             )
         schedule = read_schedule(replay, runfiles.config_record(run))
     parts = build(run)  # ... and so does a model too small for the task
-    lock = None
+    lock = channel = None
     if jax.process_index() == 0:  # the process that writes the files: before any work, not at a write
         n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract_params(parts.model)))
         runfiles.check_workdir(workdir, runfiles.needed_bytes(n))
@@ -184,10 +184,13 @@ def train(
         log(run_header_line(parts, n, workdir))
     try:
         c = compose(parts)
-        channel = Channel.of_jax(c.exchange.wire) if spreads(run) else None
+        if spreads(run):  # the control plane of several processes on the real clock, beating
+            channel = Channel.of_jax(c.exchange.wire, run.placement.peer_timeout_s).start()
         clock = runclock.choose(run.scheduler.clock, schedule, replay or "", channel)
         return _train(cfg, c, workdir, clock, resume=resume, log=log)
     finally:
+        if channel is not None:
+            channel.close()
         if lock is not None:
             lock.release()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,9 +53,12 @@ class Wire:
     read: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
-    def put(self, client, key: str, obj) -> None:
+    def put(self, client, key: str, obj, overwrite: bool = False) -> None:
         blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        client.key_value_set_bytes(key, blob)
+        if overwrite:
+            client.key_value_set_bytes(key, blob, allow_overwrite=True)
+        else:
+            client.key_value_set_bytes(key, blob)
         with self._lock:
             self.sent += len(blob)
 
@@ -148,19 +152,60 @@ class Channel:
     """Ordered message streams through the key-value store, one per (name, process): ``post``
     appends to this process's stream, ``poll`` / ``read`` take the next message of any process's
     stream (each reader keeps its own position). Messages are never deleted while the run lives
-    (they are small: control, not data); the store goes with the coordinator at the run's end."""
+    (they are small: control, not data); the store goes with the coordinator at the run's end.
+
+    Liveness is a heartbeat, not the coordination service's ``get_live_nodes``: that call is a
+    barrier (it returns once every live process has called it), so a process that asked while the
+    others were busy elsewhere (a checkpoint's collective) waited for them forever. Between
+    :meth:`start` and :meth:`close` a thread overwrites this process's ``alive`` key with a
+    counter every ``beat_s``; a peer whose counter has not moved for ``timeout_s``
+    (``placement.peer_timeout_s``) is dead."""
 
     process: int
     count: int
     namespace: str = "agentjax/rt"
     wire: Wire = dataclasses.field(default_factory=Wire)
+    timeout_s: float = 300.0
+    beat_s: float = 1.0
     _sent: dict = dataclasses.field(default_factory=dict)  # name -> messages posted
     _pos: dict = dataclasses.field(default_factory=dict)  # (name, process) -> messages read
+    _seen: dict = dataclasses.field(default_factory=dict)  # peer -> (its last beat, when it moved)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+    _beats: threading.Thread | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def of_jax(cls, wire: Wire | None = None) -> Channel:
-        return cls(jax.process_index(), jax.process_count(), wire=wire or Wire())
+    def of_jax(cls, wire: Wire | None = None, timeout_s: float = 300.0) -> Channel:
+        return cls(jax.process_index(), jax.process_count(), wire=wire or Wire(), timeout_s=timeout_s)
+
+    def start(self) -> Channel:
+        """Starts this process's heartbeat (a daemon thread); returns the channel."""
+        if self._beats is None:
+            self._stop.clear()
+            self._beats = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+            self._beats.start()
+        return self
+
+    def close(self) -> None:
+        """Stops the heartbeat (peers that wait on this process will see it stop)."""
+        if self._beats is not None:
+            self._stop.set()
+            self._beats.join()
+            self._beats = None
+
+    def _beat(self) -> None:
+        k = 0
+        while True:
+            try:
+                self.wire.put(_client(), self._alive(self.process), k, overwrite=True)
+            except Exception:  # noqa: BLE001 - the coordinator is gone: the readers see it themselves
+                return
+            k += 1
+            if self._stop.wait(self.beat_s):
+                return
+
+    def _alive(self, p: int) -> str:
+        return f"{self.namespace}/alive/{p}"
 
     def _key(self, name: str, p: int, n: int) -> str:
         return f"{self.namespace}/{name}/{p}/{n}"
@@ -183,8 +228,8 @@ class Channel:
 
     def read(self, name: str, p: int, what: str):
         """The next message of process ``p``'s stream, however long it takes (a delivery waits
-        for an episode to end), as long as the coordination service sees every process alive:
-        a dead one is :class:`PeerError`."""
+        for an episode to end), as long as every process's heartbeat moves: a dead one (or the
+        coordination service gone) is :class:`PeerError`."""
         n, client = self._pos.get((name, p), 0), _client()
         while True:
             try:
@@ -195,7 +240,8 @@ class Channel:
                 if dead or "DEADLINE_EXCEEDED" not in str(e):
                     raise PeerError(
                         f"process {dead[0] if dead else p} of {self.count} stopped while this one "
-                        f"waited for {what} (the coordination service lost its heartbeat): the run "
+                        f"waited for {what} (no heartbeat for {self.timeout_s:.0f} s, "
+                        f"placement.peer_timeout_s, or the coordination service is gone): the run "
                         f"stops here, --resume continues from the last checkpoint "
                         f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
                     ) from None
@@ -207,14 +253,26 @@ class Channel:
         dead = self.dead()
         if dead:
             raise PeerError(
-                f"process {dead[0]} of {self.count} stopped (the coordination service lost its "
-                "heartbeat): the run stops here, --resume continues from the last checkpoint"
+                f"process {dead[0]} of {self.count} stopped (no heartbeat for {self.timeout_s:.0f} s, "
+                "placement.peer_timeout_s): the run stops here, --resume continues from the last checkpoint"
             )
 
     def dead(self) -> list[int]:
-        """The processes the coordination service no longer sees (their heartbeat stopped)."""
-        try:
-            live = _client().get_live_nodes(list(range(self.count)))
-        except Exception:  # noqa: BLE001 - the coordinator itself is gone: everyone else is dead
-            return [p for p in range(self.count) if p != self.process]
-        return [p for p in range(self.count) if p not in live]
+        """The peers whose heartbeat has not moved for ``timeout_s`` (every peer when the
+        coordination service itself is gone). Never waits for another process."""
+        now, out = time.monotonic(), []
+        for p in range(self.count):
+            if p == self.process:
+                continue
+            try:
+                beat = _client().key_value_try_get_bytes(self._alive(p))
+            except Exception as e:  # noqa: BLE001 - NOT_FOUND: no beat yet; else the service is gone
+                if "NOT_FOUND" not in str(e):
+                    return [q for q in range(self.count) if q != self.process]
+                beat = None
+            last = self._seen.get(p)
+            if last is None or last[0] != beat:
+                self._seen[p] = (beat, now)
+            elif now - last[1] > self.timeout_s:
+                out.append(p)
+        return out

@@ -317,6 +317,22 @@ MUTATIONS = (
         (f"{SP}[even]",),
     ),
     Mutation(
+        "liveness_asks_the_service_barrier",
+        "2 async on many processes: a waiting process asks nothing of the others (no barrier)",
+        "agentjax/sharding/exchange.py",
+        "                beat = _client().key_value_try_get_bytes(self._alive(p))\n",
+        "                beat = _client().get_live_nodes(list(range(self.count)))\n",
+        ("tests/sampling/test_spread.py::test_a_waiting_process_never_waits_for_the_others_attention",),
+    ),
+    Mutation(
+        "heartbeat_ignored",
+        "2 async on many processes: a process whose heartbeat stops is dead",
+        "agentjax/sharding/exchange.py",
+        "            elif now - last[1] > self.timeout_s:\n",
+        "            elif False:\n",
+        ("tests/sampling/test_spread.py::test_a_peer_whose_heartbeat_stops_stops_a_waiting_process",),
+    ),
+    Mutation(
         "spread_batch_rows_in_holder_order",
         "2 async on many processes: the learner batch assembled from process-local rows",
         "agentjax/learner/spread_batch.py",

@@ -9,6 +9,7 @@ store.
 
 import dataclasses
 import pickle
+import re
 import threading
 import time
 
@@ -31,8 +32,10 @@ class Store:
     def __init__(self):
         self.kv, self.cv, self.dead = {}, threading.Condition(), set()
 
-    def key_value_set_bytes(self, key, blob):
+    def key_value_set_bytes(self, key, blob, allow_overwrite=False):
         with self.cv:
+            if key in self.kv and not allow_overwrite:
+                raise RuntimeError(f"ALREADY_EXISTS: {key}")
             self.kv[key] = blob
             self.cv.notify_all()
 
@@ -48,8 +51,8 @@ class Store:
                 raise TimeoutError(f"DEADLINE_EXCEEDED: {key}")
             return self.kv[key]
 
-    def get_live_nodes(self, ids):
-        return {i: 1 for i in ids if i not in self.dead}
+    def get_live_nodes(self, ids):  # the service's is a barrier: a waiting process must not ask
+        raise AssertionError("get_live_nodes returns only once every live process has called it")
 
 
 class Worker:
@@ -90,7 +93,7 @@ def _run_processes(monkeypatch, scales, steps=6):
     n, out = len(scales), {}
 
     def process(p):
-        ex = SpreadExecutor(Channel(p, n))
+        ex = SpreadExecutor(Channel(p, n).start())
         worker = Worker(scales[p])
         try:
             log = sch.run(
@@ -111,6 +114,7 @@ def _run_processes(monkeypatch, scales, steps=6):
             out[p] = e
         finally:
             ex.close()
+            ex.ch.close()
 
     threads = [threading.Thread(target=process, args=(p,)) for p in range(n)]
     for t in threads:
@@ -147,16 +151,47 @@ def test_every_process_takes_the_same_decisions_and_only_metadata_crosses(monkey
             assert isinstance(res, Failure) or (
                 isinstance(res.trajectory, TrajectoryMeta) and res.trajectory.turns == []
             )
+        elif "/alive/" in key:
+            assert isinstance(msg, int)  # a heartbeat's counter
         else:
             assert "/order/" in key and isinstance(msg, tuple) and len(msg) == 2
 
 
-def test_a_dead_peer_stops_a_waiting_process(monkeypatch):
+def _raised(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the test checks which
+        return e
+
+
+def test_a_peer_whose_heartbeat_stops_stops_a_waiting_process(monkeypatch):
     store = Store()
     monkeypatch.setattr(exchange, "_client", lambda: store)
-    store.dead.add(0)
-    ch = Channel(1, 2)
+    peer, me = Channel(0, 2, beat_s=0.05).start(), Channel(1, 2, timeout_s=0.5)
     t0 = time.monotonic()
+    threading.Timer(1.5, lambda: peer.post("order", (7, 1.0))).start()
+    assert me.read("order", 0, "delivery 0") == (7, 1.0)  # silent for 3 x timeout_s, but beating
+    assert time.monotonic() - t0 > 1.4
+    peer.close()  # stops beating: dead within timeout_s (+ a read's 1 s poll)
+    got = []
+    reader = threading.Thread(
+        target=lambda: got.append(_raised(me.read, "order", 0, "delivery 1")), daemon=True
+    )
+    reader.start()
+    reader.join(timeout=5)
+    assert got and isinstance(got[0], PeerError), got  # not still waiting
+    assert re.search(r"process 0 of 2 stopped .*no heartbeat for 0 s", str(got[0]))
     with pytest.raises(PeerError, match="process 0 of 2 stopped"):
-        ch.read("order", 0, "the decision maker's delivery 0")
-    assert time.monotonic() - t0 < 5
+        me.check_alive()
+
+
+def test_a_waiting_process_never_waits_for_the_others_attention(monkeypatch):
+    """A process that waits for a message while every other process is busy elsewhere (process 0
+    in a checkpoint's collective, say) still reads it: liveness asks nothing of the others (the
+    coordination service's get_live_nodes is a barrier, which hung such a run)."""
+    store = Store()
+    monkeypatch.setattr(exchange, "_client", lambda: store)
+    leader, follower = Channel(0, 2, beat_s=0.05).start(), Channel(1, 2, timeout_s=5)
+    threading.Timer(2.5, lambda: leader.post("order", (3, 0.5))).start()
+    assert follower.read("order", 0, "delivery 0") == (3, 0.5)
+    leader.close()
