@@ -39,7 +39,7 @@ from agentjax.trajectory import meta_of
 
 LEADER = 0
 DONE, ORDER = "done", "order"
-LIVENESS_EVERY_S = 2.0  # how often a waiting process asks the coordinator which peers live
+LIVENESS_EVERY_S = 2.0  # how often a waiting process reads its peers' heartbeats
 POLL_S = (0.002, 0.05)  # process 0 polls its peers' streams every 2 ms, backing off to 50 ms
 
 
