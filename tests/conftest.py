@@ -24,6 +24,7 @@ jax.config.update("jax_compilation_cache_dir", _cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+import collections  # noqa: E402
 import gc  # noqa: E402
 
 import pytest  # noqa: E402
@@ -72,13 +73,12 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     """The files of :data:`LONGEST_FIRST` first, in its order, then the others, most tests first
     (a stable sort: every worker collects the same order, tests keep their order in a file)."""
-    count: dict[str, int] = {}
-    for it in items:
-        count[it.nodeid.split("::")[0]] = count.get(it.nodeid.split("::")[0], 0) + 1
+    file = lambda it: it.nodeid.split("::")[0]  # noqa: E731
+    count = collections.Counter(file(it) for it in items)
 
     def rank(it):
-        path = it.nodeid.split("::")[0].removeprefix("tests/")
+        path = file(it).removeprefix("tests/")
         known = LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
-        return (known, -count[it.nodeid.split("::")[0]], it.nodeid.split("::")[0])
+        return (known, -count[file(it)], file(it))
 
     items.sort(key=rank)
