@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from agentjax.policy import blockwise as BW
-from agentjax.policy import kernels as K
+from agentjax.policy import exact_attention as EA
 from agentjax.policy import layers as L
 from agentjax.policy.config import ModelConfig
 
@@ -140,7 +140,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows,
     opt = dict(window=window, scalar=c.attn_scalar, cap=c.attn_softcap)
     if kbuf is None and c.invariant:  # teacher-forced: the sequence's own keys
         kv = lambda a: a.reshape(b, t, *a.shape[1:]).swapaxes(1, 2)
-        o = K.attention(
+        o = EA.attention(
             q.reshape(b, t, *q.shape[1:]),
             kv(k),
             kv(v),
@@ -176,7 +176,7 @@ def attend(c: ModelConfig, q, k, v, kbuf, vbuf, positions, pos_rows, batch_rows,
     if c.invariant:
         s = kbuf.shape[2]
         slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-        o = K.attention(
+        o = EA.attention(
             q.reshape(b, t, *q.shape[1:]),
             kbuf,
             vbuf,

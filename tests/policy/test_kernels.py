@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agentjax.policy import exact_attention as EA
 from agentjax.policy import kernels as K
 from agentjax.policy import layers as L
 
@@ -91,7 +92,7 @@ def test_attention_over_a_cache_equals_teacher_forced_bitwise():
     b, t = pos.shape
     ones = jnp.ones((b, t), bool)
     kv = lambda a: a.swapaxes(1, 2)  # [B, Hkv, T, D]
-    full = K.attention(q, kv(k), kv(v), pos, pos, ones, n_max=30)
+    full = EA.attention(q, kv(k), kv(v), pos, pos, ones, n_max=30)
     s = 29  # cache slots (incl. the sink): garbage beyond the written positions
     junk = lambda a: (
         jnp.asarray(rng.standard_normal((b, a.shape[2], s, a.shape[3])) * 50, jnp.float32)
@@ -100,7 +101,7 @@ def test_attention_over_a_cache_equals_teacher_forced_bitwise():
     )
     slots = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     for i in (0, 3, t - 1):
-        one = K.attention(
+        one = EA.attention(
             q[:, i : i + 1], junk(k), junk(v), pos[:, i : i + 1], slots, slots < s - 1, n_max=30
         )
         np.testing.assert_array_equal(np.asarray(one[:, 0]), np.asarray(full[:, i]))
@@ -119,7 +120,7 @@ def test_gradients_are_the_standard_kernels():
     q, k, v, pos = _attn_inputs(rng)
     ones = jnp.ones(pos.shape, bool)
     f = lambda q_: jnp.sum(
-        jnp.cos(K.attention(q_, k.swapaxes(1, 2), v.swapaxes(1, 2), pos, pos, ones, n_max=30))
+        jnp.cos(EA.attention(q_, k.swapaxes(1, 2), v.swapaxes(1, 2), pos, pos, ones, n_max=30))
     )
     f_std = lambda q_: jnp.sum(jnp.cos(L.attention_standard(q_, k, v, pos, pos, ones)))
     np.testing.assert_allclose(
