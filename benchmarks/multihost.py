@@ -102,10 +102,10 @@ def row(n: int, mode: str, clock: str, steps: int, latency: float) -> dict:
     }
 
 
-def sync_row(n: int) -> dict:
+def sync_row(n: int, placement: str) -> dict:
     port = _port()
     cmd = lambda i: [sys.executable, "benchmarks/multihost_sync.py", "--coordinator", f"127.0.0.1:{port}",  # noqa: E731
-                     "--processes", str(n), "--process_id", str(i)]  # fmt: skip
+                     "--processes", str(n), "--process_id", str(i), "--placement", placement]  # fmt: skip
     procs = [
         subprocess.Popen(
             cmd(i), cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -114,6 +114,20 @@ def sync_row(n: int) -> dict:
     ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     return json.loads(next(ln for ln in outs[0].splitlines() if ln.startswith("{")))
+
+
+def sync_rows(processes) -> list[dict]:
+    """Weight sync across processes, colocated and disaggregated, against the raw transfer."""
+    rows = [sync_row(n, p) for p in ("colocated", "disaggregated") for n in processes]
+    print("\nweight sync across processes, per sync: ours (one all-gather of flat bytes) | previous "
+          "(one gather per leaf) | raw (one flat array, the same bytes and steps)")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['processes']} processes {r['placement']:>13}: {r['bytes']} B in {r['leaves']} leaves | "
+            f"{r['sync_s'] * 1e3:.2f} ms ({r['ratio']:.2f}x raw) | {r['per_leaf_s'] * 1e3:.2f} ms "
+            f"({r['per_leaf_ratio']:.2f}x) | {r['raw_s'] * 1e3:.2f} ms"
+        )
+    return rows
 
 
 def encoding(lengths=(64, 2048, 32768)) -> list[dict]:
@@ -157,8 +171,16 @@ def main() -> None:
     ap.add_argument(
         "--encoding-only", action="store_true", help="only the bytes-by-length table (updates the JSON)"
     )
+    ap.add_argument("--sync-only", action="store_true", help="only the weight-sync rows (updates the JSON)")
     args = ap.parse_args()
     path = os.path.join(ROOT, "benchmarks", "results", "multihost.json")
+    if args.sync_only:
+        syncs = sync_rows(args.processes)
+        with open(path) as f:
+            old = json.load(f)
+        with open(path, "w") as f:
+            json.dump({**old, "weight_sync": syncs}, f, indent=1)
+        return
     enc = encoding()
     print(
         "tokens per episode | bytes per round: trajectory (virtual clock) -> metadata (real clock) (x less)"
@@ -179,7 +201,6 @@ def main() -> None:
         if n:
             rows.append(row(n, "windowed_fifo", "virtual", args.steps, 0.0))  # the exchange: "before"
             print(json.dumps(rows[-1]), flush=True)
-    syncs = [sync_row(n) for n in args.processes]
     print(
         "\nprocesses | sync traj/s | async traj/s | async/sync | held-out (sync, async) "
         "| KV B/step before -> after (x less)"
@@ -197,14 +218,7 @@ def main() -> None:
             f"{n:9d} | {s['traj_per_s']:11.2f} | {a['traj_per_s']:12.2f} | {ratio:9.2f}x | "
             f"{s['heldout_success']:.3f}, {a['heldout_success']:.3f} | {kv}"
         )
-    print(
-        "\nweight sync across processes (all-gather onto each sampler) vs a raw all-gather of the same bytes"
-    )
-    for r in syncs:
-        ms, raw = r["sync_s"] * 1e3, r["raw_s"] * 1e3
-        print(
-            f"{r['processes']} processes: {r['bytes']} B, {ms:.2f} ms vs raw {raw:.2f} ms ({r['ratio']:.2f}x)"
-        )
+    syncs = sync_rows(args.processes)
     out = {
         "machine": platform.machine(), "cpus": os.cpu_count(), "steps": args.steps,
         "latency_scale": args.latency_scale, "rows": rows, "weight_sync": syncs, "encoding": enc,

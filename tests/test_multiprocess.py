@@ -5,7 +5,8 @@ the learner is FSDP-sharded over every process's devices, process 0 writes the w
 The runs: the smoke config in exact mode on the virtual clock, with a value head (GAE) so that the
 learner's gradients are not zero while the tiny policy earns no reward. Bitwise claims:
 * 2 processes x 1 device == 1 process x 2 devices (a plain run, no jax.distributed);
-* 4 processes x 1 device == 2 processes x 2 devices (the same 4-device mesh; not == 1 process x 4
+* 4 processes x 1 device == 2 processes x 3 devices, disaggregated: the learner on the same
+  4-device mesh, each process sampling on its third device (and not == 1 process x 4
   devices: that run's trajectories differ in the last bits of their log-probs from the first
   one on, with a 4-device or a 1-device sampler alike, so the weights it samples with already
   differ; presumably a 4-way sum reduced in another order by gloo across processes than by XLA
@@ -29,6 +30,8 @@ from agentjax.learner.journal import Journal
 from tests.runs import ROOT, cli_env, run_module, tail
 
 STEPS = 4
+# disaggregated on several processes: each process samples on one device of its own
+DISAGGREGATED = ("--config.placement.kind=disaggregated", "--config.placement.sampler_mesh.data=1")
 
 
 def _free_port() -> int:
@@ -54,7 +57,9 @@ def _args(workdir, mesh: int, host_devices: int, *extra: str) -> list[str]:
     ]
 
 
-def _start(n: int, host_devices: int, workdir, *extra: str) -> list[subprocess.Popen]:
+def _start(n: int, host_devices: int, workdir, *extra: str, learner: int = 0) -> list[subprocess.Popen]:
+    """``n`` processes of ``host_devices`` devices each; the learner FSDP over ``learner`` of them
+    (default: all)."""
     port, procs = _free_port(), []
     for pid in range(n):
         dist = [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={n}", f"--process_id={pid}"]
@@ -62,7 +67,7 @@ def _start(n: int, host_devices: int, workdir, *extra: str) -> list[subprocess.P
             sys.executable,
             "-m",
             "launch.train",
-            *_args(workdir, n * host_devices, host_devices, *extra),
+            *_args(workdir, learner or n * host_devices, host_devices, *extra),
             *dist,
         ]
         procs.append(
@@ -85,8 +90,8 @@ def kill_after_checkpoint(procs: list[subprocess.Popen], workdir, victim: int, s
     os.kill(procs[victim].pid, signal.SIGKILL)
 
 
-def _run(n: int, host_devices: int, workdir, *extra: str) -> list[str]:
-    procs = _start(n, host_devices, workdir, *extra)
+def _run(n: int, host_devices: int, workdir, *extra: str, learner: int = 0) -> list[str]:
+    procs = _start(n, host_devices, workdir, *extra, learner=learner)
     outs = [p.communicate(timeout=1200)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-4000:]
@@ -133,17 +138,30 @@ def test_two_processes_equal_one_process_bitwise_and_split_the_episodes(two_proc
 
 
 @pytest.mark.slow
-def test_four_processes_equal_two_over_the_same_four_devices(tmp_path):
+def test_four_processes_equal_two_disaggregated_over_the_same_four_learner_devices(tmp_path):
+    """4 processes x 1 device (colocated) == 2 processes x 3 devices, disaggregated: the learner
+    on the same 4-device mesh (2 devices of each process), each process sampling on its third
+    device with the weights synced onto it after every step."""
     outs = _run(4, 1, tmp_path / "four")
-    _run(2, 2, tmp_path / "twobytwo")
+    _run(2, 3, tmp_path / "split", *DISAGGREGATED, "--config.placement.sync_every=1", learner=4)
     params4, trajs4, s4 = _result(tmp_path / "four")
-    params2, trajs2, _ = _result(tmp_path / "twobytwo")
+    params2, trajs2, s2 = _result(tmp_path / "split")
     assert trajs4 == trajs2 and params4 == params2
     assert s4["processes"]["count"] == 4 and min(s4["processes"]["ran"]) > 0
     assert sum(s4["processes"]["ran"]) == s4["processes"]["items"]
     for out in outs:  # every process ran the whole loop; only process 0 wrote the files
         assert f"step    {STEPS}/{STEPS} |" in out
     assert (tmp_path / "four" / "checkpoints" / str(STEPS)).is_dir()
+    # process 0 samples on its own third device, off the learner mesh; one gather over the
+    # processes and one local sync per version (the start's and every step's)
+    where = s2["placement"]
+    assert where["kind"] == "disaggregated" and len(where["learner_devices"]) == 4
+    assert len(where["sampler_devices"]) == 1 and not set(where["sampler_devices"]) & set(
+        where["learner_devices"]
+    )
+    sync = s2["weight_sync"]
+    assert sync["syncs"] == sync["gathers"] == STEPS + 1 and sync["skipped"] == 0
+    assert sync["bytes"] == sync["gather_bytes"] > 0
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from agentjax.learner.journal import Journal
-from tests.test_multiprocess import _run, _start, kill_after_checkpoint
+from tests.test_multiprocess import DISAGGREGATED, _run, _start, kill_after_checkpoint
 
 STEPS = 4
 REAL = (
@@ -81,8 +81,11 @@ def test_a_replay_of_a_multi_process_real_time_run_is_bitwise(realtime_four, tmp
 
 @pytest.mark.slow
 def test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finishes(tmp_path):
+    """Disaggregated: the learner FSDP over the first device of each of 2 processes, each
+    sampling on its second device, synced every 2 learner steps."""
     wd = tmp_path / "killed"
-    procs = _start(2, 1, wd, *REAL)
+    split = (*REAL, *DISAGGREGATED, "--config.placement.sync_every=2", "--config.admission.max_version_gap=3")
+    procs = _start(2, 2, wd, *split, learner=2)
     kill_after_checkpoint(procs, wd, victim=1)
     t0 = time.time()
     out = procs[0].communicate(timeout=300)[0]
@@ -92,8 +95,15 @@ def test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finis
     causes = ("peer error: process 1 of 2", "task 1 heartbeat timeout", "another task died", "stopped")
     assert any(c in out.lower() for c in causes), out[-6000:]
     assert not (wd / "summary.json").exists()
-    outs = _run(2, 1, wd, *REAL, "--resume")
+    outs = _run(2, 2, wd, *split, "--resume", learner=2)
     assert all(f"step    {STEPS}/{STEPS} |" in out for out in outs)
     assert "resumed from step 2" in outs[0]
     s = json.load(open(wd / "summary.json"))
     assert s["process_count"] == 2 and s["realtime"]["processes"] == 2
+    where, sync = s["placement"], s["weight_sync"]
+    assert len(where["learner_devices"]) == 2 and len(where["sampler_devices"]) == 1
+    assert not set(where["sampler_devices"]) & set(where["learner_devices"])
+    # resumed at version 2: the resume's own sync, then steps 3 (kept back) and 4 (synced)
+    assert (sync["syncs"], sync["skipped"], sync["gathers"]) == (2, 1, 2)
+    versions = {v for turns, _ in _journals(wd).values() for _, _, vs in turns for v in vs}
+    assert max(versions) >= 2  # the samplers decoded with synced weights, not the start's

@@ -127,10 +127,12 @@ def compose(parts: Parts) -> Composed:
     placement = _placement(run)
     transform = None if run.rl.temperature == 1.0 else Temperature(run.rl.temperature)
     # Each side gets the mesh its arrays live on: exact mode's Pallas kernels run in a shard_map
-    # over it (Mosaic cannot partition a kernel traced off the mesh). The samplers get the
-    # parameters through multihost.local_view: on the sampler mesh in one process, on one local
-    # device with several (each process samples its share there), so then no mesh.
-    s_mesh = None if multihost.is_distributed() else placement.sampler_mesh
+    # over it (Mosaic cannot partition a kernel traced off the mesh). On several processes the
+    # training sampler gets a whole copy of the parameters (placement.sync_weights): colocated on
+    # the process's first device (no mesh), disaggregated on the process's own sampler mesh;
+    # held-out evaluation samples on the first device.
+    distributed = multihost.is_distributed()
+    s_mesh = None if distributed and placement.colocated else placement.sampler_mesh
     sampler = Sampler(
         sampler_model(parts.model, run.sampler),
         transform=transform,
@@ -162,7 +164,12 @@ def compose(parts: Parts) -> Composed:
         rows=learner_rows(run),
         spread=spreads(run),
     )
-    greedy = Sampler(parts.model, transform=Greedy(), stop_tokens=(parts.codec.stop,), mesh=s_mesh)
+    greedy = Sampler(
+        parts.model,
+        transform=Greedy(),
+        stop_tokens=(parts.codec.stop,),
+        mesh=None if distributed else placement.sampler_mesh,
+    )
     exchange = Exchange.of_jax(run.placement.peer_timeout_s) if multihost.is_distributed() else None
     worker = make_worker(run, parts, sampler, None if spreads(run) else exchange)
     return Composed(parts, placement, sampler, greedy, learner, worker, exchange)
@@ -183,13 +190,6 @@ def _placement(run: runconfig.RunConfig) -> Placement:
             f"placement.learner_mesh={p.learner_mesh}, placement.sampler_mesh={p.sampler_mesh} "
             f"do not fit the {jax.device_count()} devices: {e}"
         ) from None
-    spans = {d.process_index for d in placement.learner_mesh.devices.flat}
-    if len(spans) < jax.process_count():  # every process runs the learner's steps on its devices
-        raise runconfig.ConfigError(
-            f"placement.learner_mesh={run.placement.learner_mesh} uses devices of "
-            f"{len(spans)} of the {jax.process_count()} processes; with several processes the "
-            f"learner spans them all: e.g. placement.learner_mesh.fsdp={jax.device_count()}"
-        )
     mesh = placement.learner_mesh.shape
     split = mesh.get("data", 1) * mesh.get("fsdp", 1)
     for what, rows in (

@@ -44,7 +44,7 @@ from agentjax.sampling.replay import read_schedule
 from agentjax.sampling.scheduler import Scheduler
 from agentjax.sharding import multihost, param_shardings
 from agentjax.sharding.exchange import Channel
-from agentjax.sharding.placement import SyncStats, sync_weights, tree_bytes
+from agentjax.sharding.placement import SyncStats, sync_weights
 from agentjax.tasks import model as task_model
 
 
@@ -80,12 +80,8 @@ class LearnerJob:
         disaggregated) and hands it to the worker as scheduler version ``w.version``."""
         placement = self.c.placement
         synced = self.sync.syncs
-        params = sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
-        if multihost.is_distributed():  # every process's sampler gets a whole copy: timed
-            t0 = time.perf_counter()
-            params = jax.block_until_ready(multihost.local_view(params))
-            self.sync.gathered(tree_bytes(params), time.perf_counter() - t0)
-        self.sampler_params = params
+        # several processes: every process's sampler gets a whole copy (gathered, timed)
+        self.sampler_params = sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
         if placement.colocated or self.sync.syncs > synced:
             self.sampler_version = w.version  # else the sampler keeps older weights (sync_every > 1)
         self.c.worker.publish(

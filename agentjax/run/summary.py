@@ -120,7 +120,19 @@ def summarise_run(c, job, scheduler, runlog, header: dict, last_eval) -> dict:
         "params_sha256": multihost.checksum(job.state.train.params),
         "process_count": jax.process_count(),
         "weight_sync": dataclasses.asdict(job.sync),
+        "placement": placement_record(c.placement, job.sampler_params),
         "wall_seconds": time.perf_counter() - job.wall0,
+    }
+
+
+def placement_record(placement, sampler_params) -> dict:
+    """Where the run's arrays are: the learner mesh's devices and the devices this process's
+    sampler parameters really live on (ids)."""
+    held = {d for x in jax.tree.leaves(sampler_params) for d in x.sharding.device_set}
+    return {
+        "kind": placement.kind.value,
+        "learner_devices": sorted(d.id for d in placement.learner_mesh.devices.flat),
+        "sampler_devices": sorted(d.id for d in held),
     }
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -64,13 +66,12 @@ def shard_batch(batch: dict, mesh: Mesh, axes=("data", "fsdp")):
 
 def local_view(tree):
     """Under ``jax.distributed``, a copy of ``tree`` on this process's first device: sharded
-    arrays (FSDP parameters) are all-gathered first, in one program over their mesh. Collective:
-    every process calls it with the same tree. Identity otherwise."""
+    arrays (FSDP parameters) are made whole first, in one collective over their mesh
+    (:func:`gather_whole`). Collective: every process calls it with the same tree. Identity
+    otherwise."""
     if not is_distributed():
         return tree
-    spread = [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1]
-    if any(not x.sharding.is_fully_replicated for x in spread):
-        tree = _gather(spread[0].sharding.mesh)(tree)
+    tree = gather_whole(tree)
 
     def one(x):
         if not isinstance(x, jax.Array) or len(x.sharding.device_set) == 1:
@@ -80,9 +81,89 @@ def local_view(tree):
     return jax.tree.map(one, tree)
 
 
+def gather_whole(tree):
+    """``tree`` with its sharded arrays replicated over their mesh, bitwise, by one all-gather per
+    dtype: each device's blocks of every leaf of a dtype travel as one flat buffer (a collective
+    per leaf costs a round trip each: the default model's leaves were 4.5-6x a raw all-gather of
+    the same bytes across processes). Other leaves are returned as they are."""
+    leaves, treedef = jax.tree.flatten(tree)
+    idx = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.sharding.is_fully_replicated]
+    if not idx:
+        return tree
+    mesh = leaves[idx[0]].sharding.mesh
+    if any(not isinstance(leaves[i].sharding, NamedSharding) or leaves[i].sharding.mesh != mesh for i in idx):
+        raise ValueError("gather_whole: the sharded leaves must share one mesh (NamedSharding)")
+    specs = tuple(_full_spec(leaves[i].sharding.spec, leaves[i].ndim) for i in idx)
+    if any(_block(leaves[i].shape, spec, mesh.shape) is None for i, spec in zip(idx, specs, strict=True)):
+        return _replicate(mesh)(tree)  # uneven blocks: XLA's own gathers, one per leaf
+    dtypes = tuple(jnp.dtype(leaves[i].dtype) for i in idx)
+    whole = _flat_gather(mesh, specs, dtypes)(*[leaves[i] for i in idx])
+    for i, x in zip(idx, whole, strict=True):
+        leaves[i] = x
+    return jax.tree.unflatten(treedef, leaves)
+
+
 @functools.cache
-def _gather(mesh: Mesh):
+def _replicate(mesh: Mesh):
     return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
+def _block(shape, spec, mesh_shape) -> tuple[int, ...] | None:
+    """The shape of one device's block of an array ``shape`` split by ``spec``; None if uneven."""
+    splits = [math.prod(mesh_shape[a] for a in axes) for axes in spec]
+    if any(n % k for n, k in zip(shape, splits, strict=True)):
+        return None
+    return tuple(n // k for n, k in zip(shape, splits, strict=True))
+
+
+def _full_spec(spec: PartitionSpec, ndim: int) -> tuple[tuple[str, ...], ...]:
+    """A spec as one tuple of mesh axes per dimension."""
+    dims = [*spec, *([None] * (ndim - len(spec)))]
+    return tuple(() if d is None else (d,) if isinstance(d, str) else tuple(d) for d in dims)
+
+
+@functools.cache
+def _flat_gather(mesh: Mesh, specs: tuple, dtypes: tuple):
+    names, sizes = tuple(mesh.axis_names), tuple(mesh.devices.shape)
+    kinds = sorted(set(dtypes), key=str)  # one flat buffer (one all-gather) per dtype
+
+    def body(*blocks):
+        flat = [
+            jnp.concatenate([b.reshape(-1) for b, d in zip(blocks, dtypes, strict=True) if d == k])
+            for k in kinds
+        ]
+        return [jax.lax.all_gather(f, names) for f in flat]  # [devices in mesh order, elements]
+
+    def whole(*leaves):
+        leaves = [x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x for x in leaves]
+        gathered = jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=tuple(PartitionSpec(*[d or None for d in s]) for s in specs),
+            out_specs=[PartitionSpec()] * len(kinds),
+            check_vma=False,  # all_gather over every axis: the same values on every device
+        )(*leaves)
+        at = dict.fromkeys(kinds, 0)
+        out = []
+        for x, spec, d in zip(leaves, specs, dtypes, strict=True):
+            local = _block(x.shape, spec, mesh.shape)
+            g, n = gathered[kinds.index(d)], math.prod(local)
+            blocks = g[:, at[d] : at[d] + n].reshape(*sizes, *local)
+            at[d] += n
+            out.append(_assemble(blocks, x.shape, spec, names).astype(d))
+        return out
+
+    return jax.jit(whole, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+
+def _assemble(blocks, shape, spec, names):
+    """A leaf from its ``blocks`` [*mesh axes, *block]: one copy where an axis replicates it, the
+    blocks of a sharded dimension laid out major axis first."""
+    used = [a for axes in spec for a in axes]
+    x = blocks[tuple(slice(None) if a in used else 0 for a in names)]  # [used axes in mesh order, *block]
+    kept = [a for a in names if a in used]
+    perm = [p for d, axes in enumerate(spec) for p in (*[kept.index(a) for a in axes], len(kept) + d)]
+    return x.transpose(perm).reshape(shape)
 
 
 def checksum(tree) -> str:

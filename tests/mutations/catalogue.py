@@ -342,4 +342,27 @@ MUTATIONS = (
             "tests/learner/test_spread_batch.py::test_rows_staged_on_their_holders_assemble_into_one_process_batch",
         ),
     ),
+    Mutation(
+        "disaggregated_sampler_on_a_learner_device",
+        "1 placement: disaggregated across processes (each process samples on its own devices)",
+        "agentjax/sharding/placement.py",
+        "        if placement.colocated:\n            return learner_params\n",
+        "        return learner_params\n",
+        (
+            "tests/test_multiprocess.py::test_four_processes_equal_two_disaggregated_over_the_same_four_learner_devices",
+        ),
+    ),
+    Mutation(
+        "disaggregated_sync_skipped_across_processes",
+        "1 placement: weight sync onto every process's sampler mesh",
+        "agentjax/sharding/placement.py",
+        "    if not placement.colocated and sampler_params is not None and step % placement.sync_every:",
+        "    if not placement.colocated and sampler_params is not None and (\n"
+        "        distributed or step % placement.sync_every\n"
+        "    ):",
+        (
+            "tests/test_multiprocess.py::test_four_processes_equal_two_disaggregated_over_the_same_four_learner_devices",
+            "tests/test_multiprocess_realtime.py::test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finishes",
+        ),
+    ),
 )
