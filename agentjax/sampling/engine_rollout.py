@@ -4,8 +4,8 @@
         r = EngineRollout(Engine(sampler, slots=8, chunk=8), codec, caps, specs)
         trajs = r.run(params, version, rng, pool)     # same Trajectory records as Rollout
 
-(One module, over 300 lines: the admission loop and its per-row helpers share the slot map,
-the streams and the waiting set of one call.)
+The call's slot map and per-row state live in :class:`~agentjax.sampling.slots.Slots`; this
+module is the driver: what each engine step does with them.
 
 Episodes are admitted in order into free slots; every ``generate`` call advances each slot whose
 episode is mid-action by one chunk. An episode whose action ends hands it to the pool and waits:
@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -55,39 +53,29 @@ from agentjax.sampling.envpool import EnvPool
 from agentjax.sampling.episode import Episode, EpisodeSpec, Turns, env_call, row_keys
 from agentjax.sampling.queue import Caps, ResumeMode
 from agentjax.sampling.sampler import Status
+from agentjax.sampling.slots import Admission, Paused, Slots
 from agentjax.trajectory import StopReason, Trajectory
+
+__all__ = ["Admission", "EngineRollout", "Paused"]
+
+METRICS = (
+    "chunks",
+    "generate_calls",
+    "tokens",
+    "active_slot_chunks",
+    "held_slot_chunks",
+    "evictions",
+    "joined_running",
+    "generate_s",
+    "prefill_s",
+    "env_block_s",
+)
 
 
 def _pool_error(e: BaseException) -> InfraError:
     """The pool itself failed (a worker process died, a result did not pickle), not the step:
     ``env_call`` catches the step's own exceptions. That is the host's fault."""
     return InfraError(f"environment pool: {e!r}", {"pool_error": type(e).__name__})
-
-
-@dataclasses.dataclass
-class Paused:
-    """An episode paused by the round budget: what the next ``run`` resumes it from."""
-
-    row: Episode  # host state: environment, turns so far, the current action's tokens
-    stream: np.ndarray  # every token the model has seen
-    routes: np.ndarray | None  # MoE experts of ``stream`` (None: dense)
-    slot_row: Any = None  # ``keep``: the slot's one-row state (KV cache); ``recompute``: None
-
-
-@dataclasses.dataclass(frozen=True)
-class Admission:
-    """An episode (new, or paused to resume) joining an :meth:`EngineRollout.run` call, with the
-    weights and version it runs under, its round budget (None: none) and resume mode."""
-
-    episode: EpisodeSpec | Paused | None
-    params: Any
-    version: int
-    round_budget: int | None = None
-    resume: ResumeMode = ResumeMode.RECOMPUTE
-
-    @property
-    def keep(self) -> bool:
-        return self.resume == ResumeMode.KEEP
 
 
 class EngineRollout:
@@ -140,171 +128,161 @@ class EngineRollout:
         prefills) once per version present, the other slots masked, so every token is made by
         its episode's own version and an episode's record is the one it gets alone.
         """
-        e, n_slots = self.engine, self.engine.slots
         self._call = object()  # keys this call's environment steps on a shared pool
-        self.state = e.init()
-        self._owner = [-1] * n_slots  # slot -> row
-        self._slot: dict[int, int] = {}  # row -> slot (absent: evicted, waiting or not admitted)
-        self._stream: dict[int, np.ndarray] = {}  # row -> every token the model has seen
-        self._routes_by_row: dict[int, np.ndarray | None] = {}
-        self._new: deque[int] = deque()  # rows to admit
-        self._back: deque[int] = deque()  # rows whose whole stream is prefilled when they get a slot
-        self._kept: dict[int, Any] = {}  # resumed rows under keep: their slot row
-        self._run_of: dict[int, Admission] = {}  # row -> its weights, version, budget, resume
-        self._spent: dict[int, int] = {}  # row -> action tokens this call
-        self._open: set[int] = set()  # rows not yet ended or paused
-        self._waiting: dict[int, float] = {}  # row -> when its environment step was submitted
-        self._pending: dict[int, np.ndarray] = {}  # slot -> tokens to prefill at this step
-        self._fresh: list[int] = []  # slots to empty first (a new or rewritten context)
+        self.state = self.engine.init()
+        self.sl = sl = Slots.empty(self.engine.slots)
         first = Admission(None, params, version, round_budget, ResumeMode.parse("resume", resume))
         for i, ep in enumerate(self._episodes):
             self._enqueue(i, dataclasses.replace(first, episode=ep))
-        m = dict.fromkeys(
-            (
-                "chunks",
-                "generate_calls",
-                "tokens",
-                "active_slot_chunks",
-                "held_slot_chunks",
-                "evictions",
-                "joined_running",
-                "generate_s",
-                "prefill_s",
-                "env_block_s",
-            ),
-            0.0,
-        )
-        owner, waiting = self._owner, self._waiting
+        m = dict.fromkeys(METRICS, 0.0)
         t_start = time.perf_counter()
         while True:
             for adm in feed() if feed is not None else ():
-                m["joined_running"] += bool(self._open)  # a round joining episodes in flight
+                m["joined_running"] += bool(sl.open)  # a round joining episodes in flight
                 self.rows.append(adm.episode.row if isinstance(adm.episode, Paused) else Episode(adm.episode))
                 self._enqueue(len(self.rows) - 1, adm)
-            if not (self._new or self._back or waiting or any(o >= 0 for o in owner)):
-                if feed is None or not self._open:
-                    break
-            for s in range(n_slots):  # a row that spent its round budget pauses, freeing its slot
-                o = owner[s]
-                if o >= 0 and o not in waiting and not self.rows[o].done and self._spent_all(o):
-                    self._pause(o, e.take(self.state, s) if self._run_of[o].keep else None)
-                    self._slot.pop(o)
-                    owner[s] = -1
-            can_admit = (self._new or self._back) and (-1 in owner or self._evictable())
-            blocking = not any(o >= 0 and o not in waiting for o in owner) and not can_admit
-            t0 = time.perf_counter()
-            # with a feed, a blocked step wakes to poll it (new rounds arrive while envs run)
-            done = pool.collect(timeout=(self.poll_s if feed else None) if blocking else 0.0)
-            m["env_block_s"] += time.perf_counter() - t0 if blocking else 0.0
-            for d in done:
-                call, i = d.key
-                if call is not self._call:  # a step of an earlier call that failed: stale
-                    continue
-                del waiting[i]
-                env, res, err, wall = d.value if d.error is None else (None, None, _pool_error(d.error), 0.0)
-                if env is not None:  # a process pool's step brings the stepped environment back
-                    self.rows[i].set_env(env)
-                obs = self.turns.env_result(self.rows[i], res, err, wall, self._routes(i))
-                self._observe(i, obs, self._back)
-            for s in range(n_slots):  # an ended episode frees its slot at once
-                if owner[s] >= 0 and self.rows[owner[s]].done:
-                    self._slot.pop(owner[s], None)
-                    owner[s] = -1
-            while owner.count(-1) < len(self._new) + len(self._back) and self._evictable():
-                i = min(self._evictable(), key=lambda j: waiting[j])  # waited longest
-                owner[self._slot.pop(i)] = -1
-                self.rows[i].evict()
-                m["evictions"] += 1
-            t1 = time.perf_counter()
-            self._admit_free_slots()
-            if self._pending:  # every prompt, re-prefill and observation of this step
-                if self._fresh:
-                    self.state = e.clear(self.state, self._fresh)
-                for run, slots in self._by_version(self._pending):
-                    inputs = {s: self._pending[s] for s in slots}
-                    self.state = e.extend(run.params, self.state, inputs, version=run.version)
-                self._pending, self._fresh = {}, []
-            m["prefill_s"] += time.perf_counter() - t1
+            if not (sl.queued() or sl.waiting or sl.held()) and (feed is None or not sl.open):
+                break
+            self._pause_spent()
+            self._collect(pool, feed is not None, m)
+            self._free_ended()
+            self._evict(m)
+            self._prefill(m)
             self._deliver(on_done)
-            active = [o >= 0 and o not in waiting and not self.rows[o].done for o in owner]
+            active = sl.decoding(lambda o: self.rows[o].done)
             if not any(active):
                 continue
             m["chunks"] += 1
             m["active_slot_chunks"] += sum(active)
-            m["held_slot_chunks"] += sum(o >= 0 and o in waiting for o in owner)
-            for run, slots in self._by_version([s for s in range(n_slots) if active[s]]):
+            m["held_slot_chunks"] += sum(o >= 0 and o in sl.waiting for o in sl.owner)
+            for run, slots in sl.by_version([s for s, a in enumerate(active) if a]):
                 self._generate(run, slots, rng, pool, m)
             self._deliver(on_done)
-        wall = time.perf_counter() - t_start
-        m["wall_s"] = wall
-        m["slot_occupancy"] = m["active_slot_chunks"] / max(m["chunks"] * n_slots, 1)
-        m["slot_held_waiting"] = m["held_slot_chunks"] / max(m["chunks"] * n_slots, 1)
-        m["tokens_per_s"] = m["tokens"] / max(wall, 1e-9)
-        m["trajectories_per_s"] = len(self.rows) / max(wall, 1e-9)
-        m["paused"] = len(self.paused)
-        self.metrics = m
+        self.metrics = self._summary(m, time.perf_counter() - t_start)
         self._deliver(on_done)
         return [r.result for r in self.rows]
+
+    # -- one engine step's phases -------------------------------------------------------------
+    def _pause_spent(self) -> None:
+        """A row that spent its round budget pauses, freeing its slot."""
+        sl = self.sl
+        for s, o in enumerate(sl.owner):
+            if o >= 0 and o not in sl.waiting and not self.rows[o].done and sl.spent_all(o):
+                self._pause(o, self.engine.take(self.state, s) if sl.run_of[o].keep else None)
+                sl.release(o)
+
+    def _collect(self, pool: EnvPool, polling: bool, m: dict) -> None:
+        """Takes the environment results that are in; blocks for one when no slot can decode and
+        no row can be admitted (with a feed, it wakes every ``poll_s`` to poll it)."""
+        sl = self.sl
+        can_admit = sl.queued() and (-1 in sl.owner or self._evictable())
+        blocking = not any(o >= 0 and o not in sl.waiting for o in sl.owner) and not can_admit
+        t0 = time.perf_counter()
+        done = pool.collect(timeout=(self.poll_s if polling else None) if blocking else 0.0)
+        m["env_block_s"] += time.perf_counter() - t0 if blocking else 0.0
+        for d in done:
+            call, i = d.key
+            if call is not self._call:  # a step of an earlier call that failed: stale
+                continue
+            del sl.waiting[i]
+            env, res, err, wall = d.value if d.error is None else (None, None, _pool_error(d.error), 0.0)
+            if env is not None:  # a process pool's step brings the stepped environment back
+                self.rows[i].set_env(env)
+            obs = self.turns.env_result(self.rows[i], res, err, wall, self._routes(i))
+            self._observe(i, obs)
+
+    def _free_ended(self) -> None:
+        """An ended episode frees its slot at once."""
+        sl = self.sl
+        for s, o in enumerate(sl.owner):
+            if o >= 0 and self.rows[o].done:
+                sl.slot.pop(o, None)
+                sl.owner[s] = -1
+
+    def _evict(self, m: dict) -> None:
+        """Rows wait for a slot and none is free: the row that has waited longest on its
+        environment gives up its slot (its whole context is prefilled again on its return)."""
+        sl = self.sl
+        while sl.owner.count(-1) < len(sl.new) + len(sl.back) and self._evictable():
+            i = min(self._evictable(), key=lambda j: sl.waiting[j])
+            sl.release(i)
+            self.rows[i].evict()
+            m["evictions"] += 1
+
+    def _prefill(self, m: dict) -> None:
+        """Admits rows into free slots, then prefills every prompt, re-prefill and observation of
+        this step, once per version present."""
+        sl, t1 = self.sl, time.perf_counter()
+        self._admit_free_slots()
+        if sl.pending:
+            if sl.fresh:
+                self.state = self.engine.clear(self.state, sl.fresh)
+            for run, slots in sl.by_version(sl.pending):
+                inputs = {s: sl.pending[s] for s in slots}
+                self.state = self.engine.extend(run.params, self.state, inputs, version=run.version)
+            sl.pending, sl.fresh = {}, []
+        m["prefill_s"] += time.perf_counter() - t1
+
+    def _summary(self, m: dict, wall: float) -> dict:
+        n = self.engine.slots
+        return {
+            **m,
+            "wall_s": wall,
+            "slot_occupancy": m["active_slot_chunks"] / max(m["chunks"] * n, 1),
+            "slot_held_waiting": m["held_slot_chunks"] / max(m["chunks"] * n, 1),
+            "tokens_per_s": m["tokens"] / max(wall, 1e-9),
+            "trajectories_per_s": len(self.rows) / max(wall, 1e-9),
+            "paused": len(self.paused),
+        }
 
     # -- internals ---------------------------------------------------------------------------
     def _enqueue(self, i: int, adm: Admission) -> None:
         """Row ``i`` joins this call: new (admitted into a slot when one frees), or a paused one
         (its kept slot row, or its whole stream re-prefilled under ``adm``'s weights)."""
-        self._run_of[i], self._spent[i] = adm, 0
-        self._open.add(i)
-        p = adm.episode
+        sl, p = self.sl, adm.episode
+        sl.run_of[i], sl.spent[i] = adm, 0
+        sl.open.add(i)
         if not isinstance(p, Paused):
-            self._new.append(i)
+            sl.new.append(i)
             return
-        self._stream[i], self._routes_by_row[i] = p.stream, p.routes
+        sl.stream[i], sl.routes[i] = p.stream, p.routes
         if adm.keep and p.slot_row is not None:
-            self._kept[i] = p.slot_row
+            sl.kept[i] = p.slot_row
         else:  # recompute: the context and the action so far, under the weights of this call
             self.rows[i].evict()
-        self._back.append(i)
-
-    def _spent_all(self, i: int) -> bool:
-        budget = self._run_of[i].round_budget
-        return bool(budget) and self._spent[i] >= budget
+        sl.back.append(i)
 
     def _admit_free_slots(self) -> None:
+        sl = self.sl
         for s in range(self.engine.slots):
-            if self._owner[s] >= 0 or not (self._back or self._new):
+            if sl.owner[s] >= 0 or not sl.queued():
                 continue
-            i = self._back.popleft() if self._back else self._admit(self._new.popleft())
+            i = sl.back.popleft() if sl.back else self._admit(sl.new.popleft())
             if i is None:
                 continue
-            if self._spent_all(i):  # back from its environment with its budget spent
-                self._pause(i, self._kept.pop(i, None))
+            if sl.spent_all(i):  # back from its environment with its budget spent
+                self._pause(i, sl.kept.pop(i, None))
                 continue
-            if i in self._kept:
-                self.state = self.engine.insert(self._kept.pop(i), self.state, s)
+            if i in sl.kept:
+                self.state = self.engine.insert(sl.kept.pop(i), self.state, s)
             else:
-                self._fresh.append(s)
-                self._pending[s] = self._stream[i]
-            self._owner[s], self._slot[i] = i, s
-
-    def _by_version(self, slots) -> list[tuple[Admission, list[int]]]:
-        """``slots`` grouped by the weights their episodes run under (first-seen order)."""
-        groups: dict[tuple, tuple[Admission, list[int]]] = {}
-        for s in slots:
-            run = self._run_of[self._owner[s]]
-            groups.setdefault((run.version, id(run.params)), (run, []))[1].append(s)
-        return list(groups.values())
+                sl.fresh.append(s)
+                sl.pending[s] = sl.stream[i]
+            sl.assign(i, s)
 
     def _generate(self, run: Admission, slots: list[int], rng, pool: EnvPool, m: dict) -> None:
         """One chunk for ``slots`` (one version's episodes; the other slots masked)."""
-        e, owner = self.engine, self._owner
+        e, sl, owner = self.engine, self.sl, self.sl.owner
         remaining = np.zeros(e.slots, np.int64)
         seeds, turns = np.zeros(e.slots, np.uint32), np.zeros(e.slots, np.uint32)
         budget = run.round_budget or np.inf
         for s in slots:
             r = self.rows[owner[s]]
-            room = e.max_len - self._stream[owner[s]].size
+            room = e.max_len - sl.stream[owner[s]].size
             left = min(
                 self.caps.max_action_tokens - len(r.gen["tok"]),
                 room,
-                budget - self._spent[owner[s]],
+                budget - sl.spent[owner[s]],
                 self.turns.tokens_left(r),
             )
             remaining[s] = max(left, 0)
@@ -324,7 +302,7 @@ class EngineRollout:
             if recs[s].tokens.size == 0:
                 continue
             self._record(o, recs[s], dt * recs[s].tokens.size / max(n_tok, 1))
-            self._spent[o] += recs[s].tokens.size
+            sl.spent[o] += recs[s].tokens.size
             r = self.rows[o]
             turn_full = len(r.gen["tok"]) >= self.caps.max_action_tokens
             if recs[s].status == Status.FULL:
@@ -333,7 +311,7 @@ class EngineRollout:
             elif recs[s].status == Status.STOPPED or turn_full:
                 text = self.turns.action_text(r, self._routes(o))
                 if text is not None:
-                    self._waiting[o] = time.perf_counter()
+                    sl.waiting[o] = time.perf_counter()
                     pool.submit((self._call, o), env_call, r.spec.env, text)
             elif self.turns.capped(r):  # the episode's token cap (wins a tie with the budget)
                 self.turns.close(r, [], self._routes(o))
@@ -341,10 +319,10 @@ class EngineRollout:
 
     def _deliver(self, on_done) -> None:
         """Rows that ended or paused get their record (and ``on_done`` is told) at once."""
-        for i in sorted(self._open):
+        for i in sorted(self.sl.open):
             r = self.rows[i]
-            if i in self.paused or (r.done and i not in self._waiting):
-                self._open.discard(i)
+            if i in self.paused or (r.done and i not in self.sl.waiting):
+                self.sl.open.discard(i)
                 result = r.deliver(
                     self._paused_trajectory(i) if i in self.paused else self.turns.trajectory(r)
                 )
@@ -355,7 +333,7 @@ class EngineRollout:
         """Row ``i`` spent its round budget: it stops here, resumable."""
         r = self.rows[i]
         r.pause()
-        self.paused[i] = Paused(r, self._stream[i], self._routes_by_row.get(i), slot_row)
+        self.paused[i] = Paused(r, self.sl.stream[i], self.sl.routes.get(i), slot_row)
 
     def _paused_trajectory(self, i: int) -> Trajectory:
         """The record so far: the finished turns and the unfinished action (no observation)."""
@@ -366,10 +344,7 @@ class EngineRollout:
 
     def _evictable(self) -> list[int]:
         """Episodes holding a slot while their environment runs, evictable by ``evict_after``."""
-        if self.evict_after is None:
-            return []
-        now = time.perf_counter()
-        return [i for i, t in self._waiting.items() if i in self._slot and now - t >= self.evict_after]
+        return self.sl.evictable(self.evict_after)
 
     def _admit(self, i: int) -> int | None:
         """Resets row ``i``'s environment; its prompt becomes its stream (None: it cannot run)."""
@@ -382,21 +357,21 @@ class EngineRollout:
 
     def _set_context(self, i: int, toks: np.ndarray) -> None:
         l = self.engine.max_len
-        self._stream[i] = toks[:l]
-        self.rows[i].set_context(self._stream[i])
+        self.sl.stream[i] = toks[:l]
+        self.rows[i].set_context(self.sl.stream[i])
         if toks.size >= l:  # no room to act: the context is full, as in Rollout
             self.rows[i].end(StopReason.CONTEXT_FULL)
 
     def _record(self, i: int, rec, seconds: float) -> None:
         self.rows[i].record(rec.tokens, rec.logp, rec.logp_raw, rec.version, seconds)
-        self._stream[i] = np.concatenate([self._stream[i], rec.tokens])
-        self._routes_by_row[i] = self.engine.routes(self.state, self._slot[i], self._stream[i].size)
+        self.sl.stream[i] = np.concatenate([self.sl.stream[i], rec.tokens])
+        self.sl.routes[i] = self.engine.routes(self.state, self.sl.slot[i], self.sl.stream[i].size)
 
     def _routes(self, i: int):
         """Row ``i``'s MoE experts at its first ``n`` positions, ``n -> array`` (None: dense)."""
-        return lambda n: None if self._routes_by_row.get(i) is None else self._routes_by_row[i][:n]
+        return lambda n: None if self.sl.routes.get(i) is None else self.sl.routes[i][:n]
 
-    def _observe(self, i: int, obs: list[int], back: deque) -> None:
+    def _observe(self, i: int, obs: list[int]) -> None:
         """Appends the observation to row ``i``: into its kept slot (prefilled with the step's
         other inputs), or queued for a slot."""
         r = self.rows[i]
@@ -406,16 +381,16 @@ class EngineRollout:
             r.end(StopReason.TASK_CAP)
             return
         obs_arr = np.asarray(obs, np.int32)
-        full = np.concatenate([self._stream[i], obs_arr])
+        full = np.concatenate([self.sl.stream[i], obs_arr])
         rewrite = self.ctx is not keep_all
         self._set_context(i, np.asarray(self.ctx(r.segments), np.int32) if rewrite else full)
         if r.done:
             return
-        s = self._slot.get(i)
+        s = self.sl.slot.get(i)
         if s is None:  # evicted: the whole context is prefilled when it gets a slot
-            back.append(i)
+            self.sl.back.append(i)
         elif rewrite:  # a rewritten context is prefilled afresh, in place
-            self._fresh.append(s)
-            self._pending[s] = self._stream[i]
+            self.sl.fresh.append(s)
+            self.sl.pending[s] = self.sl.stream[i]
         else:  # kept: only the observation is prefilled, onto the slot's own cache
-            self._pending[s] = obs_arr
+            self.sl.pending[s] = obs_arr

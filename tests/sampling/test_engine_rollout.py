@@ -217,7 +217,7 @@ def test_rounds_fed_into_a_running_call_at_another_version_equal_their_own_runs(
             jax.random.key(7),
             pool,
             feed=feed,
-            on_done=lambda i, t: delivered.append((i, len(r._open))),
+            on_done=lambda i, t: delivered.append((i, len(r.sl.open))),
         )
     assert not late and [t.task_id for t in got] == [f"t{i}" for i in range(6)]
     for t in got:
