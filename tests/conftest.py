@@ -82,3 +82,26 @@ def pytest_collection_modifyitems(items):
         return (known, -count[file(it)], file(it))
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``AGENTJAX_TEST_CPU=path``: appends each test's CPU seconds (this process and the
+    launchers it waited for: setup, call and teardown) and wall seconds to ``path``, one JSON line
+    per test, so the suite's cost can be read by file (the wall clock of a loaded run is not)."""
+    path = os.environ.get("AGENTJAX_TEST_CPU")
+    if not path:
+        yield
+        return
+    import json  # noqa: PLC0415
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    cpu = lambda: sum(  # noqa: E731
+        r.ru_utime + r.ru_stime
+        for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
+    c0, t0 = cpu(), time.perf_counter()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "cpu": cpu() - c0, "wall": time.perf_counter() - t0}) + "\n")

@@ -76,12 +76,12 @@ def _episodes(workdir):
     return sorted(out, key=lambda e: e[0])
 
 
-@pytest.mark.parametrize("engine_slots", [0, 8], ids=["lock-step", "slot-engine"])
-def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path, engine_slots):
+def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
     """launch.train --replay=W: the recorded delivery order of a real-time run re-executed gives
     the same episodes (tokens, log-probs, per-token versions) and the same final parameters. On
-    the slot engine the real run admits rounds into the running call and several versions share
-    its slots; the replay runs each round in a call of its own."""
+    the slot engine (the default's) the real run admits rounds into the running call and several
+    versions share its slots; the replay runs each round in a call of its own. (Lock-step rollout
+    replays through the same schedule; its real-clock runs are the other tests of this file.)"""
     # a short warm start passes some episodes and dynamic sampling (the default's) trains the
     # mixed groups: the learner steps move the weights
     kw = dict(
@@ -91,7 +91,7 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path, engine_slots)
         warm_start__episodes=256,
         scheduler__uniform_groups="drop",
         scheduler__drop_budget=64,
-        scheduler__engine_slots=engine_slots,
+        scheduler__engine_slots=8,
     )
     first, rows = _train(tmp_path / "real", **kw)
     assert any(r["batch/all_same_groups"] < r["batch/groups"] for r in rows)
