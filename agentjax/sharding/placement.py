@@ -92,8 +92,7 @@ def split_devices(devices: Sequence, n_learner: int, n_sampler: int, process: in
             f"(each holds the same share): pick a multiple of {p}"
         )
     k = n_learner // p
-    short = {i: len(ds) for i, ds in by_process.items() if len(ds) < k + n_sampler}
-    if short:
+    if any(len(ds) < k + n_sampler for ds in by_process.values()):
         what = f"{n_learner} + {n_sampler}" if n_sampler else f"{n_learner}"
         each = f" ({k} + {n_sampler} on each of {p} processes)" if p > 1 else ""
         raise ValueError(f"placement needs {what} devices{each}, only {len(devices)} available")
