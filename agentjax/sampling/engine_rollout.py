@@ -212,15 +212,14 @@ class EngineRollout:
     def _prefill(self, m: dict) -> None:
         """Admits rows into free slots, then prefills every prompt, re-prefill and observation of
         this step, once per version present."""
-        sl, t1 = self.sl, time.perf_counter()
+        t1 = time.perf_counter()
         self._admit_free_slots()
-        if sl.pending:
-            if sl.fresh:
-                self.state = self.engine.clear(self.state, sl.fresh)
-            for run, slots in sl.by_version(sl.pending):
-                inputs = {s: sl.pending[s] for s in slots}
-                self.state = self.engine.extend(run.params, self.state, inputs, version=run.version)
-            sl.pending, sl.fresh = {}, []
+        pending, fresh = self.sl.take_prefill()
+        if fresh:
+            self.state = self.engine.clear(self.state, fresh)
+        for run, slots in self.sl.by_version(pending):
+            inputs = {s: pending[s] for s in slots}
+            self.state = self.engine.extend(run.params, self.state, inputs, version=run.version)
         m["prefill_s"] += time.perf_counter() - t1
 
     def _summary(self, m: dict, wall: float) -> dict:

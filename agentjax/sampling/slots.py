@@ -83,6 +83,12 @@ class Slots:
         ``done(row)``)."""
         return [o >= 0 and o not in self.waiting and not done(o) for o in self.owner]
 
+    def take_prefill(self) -> tuple[dict[int, np.ndarray], list[int]]:
+        """This step's prefill inputs (slot -> tokens) and the slots to empty first; both reset."""
+        out = self.pending, self.fresh
+        self.pending, self.fresh = {}, []
+        return out
+
     def spent_all(self, i: int) -> bool:
         budget = self.run_of[i].round_budget
         return bool(budget) and self.spent[i] >= budget
