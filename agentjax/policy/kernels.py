@@ -306,11 +306,16 @@ def gated(g, u, kind: str = "exact_sum", act: str = "silu"):
     return _with_standard_grad(exact, lambda g_, u_: jax.nn.silu(g_) * u_)(g, u)
 
 
-def exclusive_cumsum(p):
-    """``cumsum(p) - p`` over the last axis, float64 on a grid: exact (used by top-p)."""
-    with jax.enable_x64(True):
-        pi, e = _grid(p, (p.ndim - 1,), 53 - _log2_ceil(p.shape[-1]))
-        return cast((jnp.cumsum(pi, axis=-1) - pi) * _pow2(e), jnp.float32)
+MASS_BITS = 30  # top-p's probability grid: 2^-30, so a row's int32 sum stays below 2^31
+
+
+def exclusive_mass(p):
+    """``cumsum(p) - p`` over the last axis for probabilities ``p`` (each row summing to ~1), as
+    int32 multiples of ``2^-MASS_BITS``: each probability rounded to the grid, then summed in
+    integers, which is exact in any order, so the result is a function of the row alone on
+    every backend, with no float64 (top-p in exact mode)."""
+    q = jnp.round(p.astype(jnp.float32) * jnp.float32(2**MASS_BITS)).astype(jnp.int32)
+    return jnp.cumsum(q, axis=-1) - q
 
 
 def normalize(p, kind: str = "exact_sum"):

@@ -10,8 +10,8 @@ two sides compute each token's log-prob with the same kernel:
 
 ``transform`` is any logits -> logits callable (``agentjax.sampling.transforms``); it lives here,
 below both callers, so that ``policy/`` never imports ``sampling/``. In exact mode it is called
-as ``transform(z, exact=True)`` (the built-in transforms then take any sum with the exact
-kernels).
+as ``transform(z, exact=kind)``, ``kind`` the model's batch-invariant kernels (a non-empty
+string: the built-in transforms then take any sum with those kernels).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from agentjax.policy.layers import rowwise
 
 
 def _apply(transform, z, exact):
-    return transform(z, exact=True) if exact else transform(z)
+    return transform(z, exact=exact) if exact else transform(z)
 
 
 def _rows_logprobs(transform, logits, targets, exact=""):

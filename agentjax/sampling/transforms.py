@@ -1,9 +1,11 @@
 """Sampling transforms as small frozen dataclasses.
 
 A transform maps float32 logits ``[N, V]`` to the logits of the distribution actually sampled
-from; truncated tokens get ``-inf``. ``exact=True`` (exact mode) makes a transform use the
-exact-summation kernels for any sum it takes (top-p's softmax and cumulative mass), so its
-result for a row does not depend on the other rows. Transforms compose left to right::
+from; truncated tokens get ``-inf``. In exact mode a transform is called with ``exact`` set to
+the model's batch-invariant kernels (``"pallas"``, ``"ordered"`` or ``"exact_sum"``; any truthy
+value means ``"exact_sum"``) and takes any sum with them (top-p's softmax; its cumulative mass is
+summed in integers on a fixed grid), so its result for a row does not depend on the other rows
+and needs no float64 with the Pallas kernels. Transforms compose left to right::
 
     transform = compose(Temperature(0.7), TopK(20), TopP(0.95))
 
@@ -25,7 +27,7 @@ from agentjax.policy import kernels
 class Greedy:
     """A point mass on the arg-max (the first one on ties): the sampled token's logp is 0."""
 
-    def __call__(self, logits: jax.Array, exact: bool = False) -> jax.Array:
+    def __call__(self, logits: jax.Array, exact: str | bool = False) -> jax.Array:
         top = jnp.argmax(logits, axis=-1)
         keep = jnp.arange(logits.shape[-1]) == top[..., None]
         return jnp.where(keep, logits, -jnp.inf)
@@ -41,7 +43,7 @@ class Temperature:
         if not self.t > 0:
             raise ValueError(f"Temperature t={self.t!r} is invalid; must be > 0 (use Greedy)")
 
-    def __call__(self, logits: jax.Array, exact: bool = False) -> jax.Array:
+    def __call__(self, logits: jax.Array, exact: str | bool = False) -> jax.Array:
         return logits if self.t == 1.0 else logits / jnp.float32(self.t)
 
 
@@ -55,7 +57,7 @@ class TopK:
         if not (isinstance(self.k, int) and self.k > 0):
             raise ValueError(f"TopK k={self.k!r} is invalid; must be a positive integer")
 
-    def __call__(self, logits: jax.Array, exact: bool = False) -> jax.Array:
+    def __call__(self, logits: jax.Array, exact: str | bool = False) -> jax.Array:
         if self.k >= logits.shape[-1]:
             return logits
         kth = jax.lax.top_k(logits, self.k)[0][..., -1:]
@@ -73,16 +75,18 @@ class TopP:
         if not 0.0 < self.p <= 1.0:
             raise ValueError(f"TopP p={self.p!r} is invalid; must be in (0, 1]")
 
-    def __call__(self, logits: jax.Array, exact: bool = False) -> jax.Array:
+    def __call__(self, logits: jax.Array, exact: str | bool = False) -> jax.Array:
         if self.p >= 1.0:
             return logits
         desc = -jnp.sort(-logits, axis=-1)
         if exact:
-            mass_before = kernels.exclusive_cumsum(kernels.softmax(desc))
+            kind = exact if isinstance(exact, str) else "exact_sum"
+            mass_before = kernels.exclusive_mass(kernels.softmax(desc, kind))
+            p = max(1, round(self.p * 2**kernels.MASS_BITS))  # on the same grid
         else:
             probs = jax.nn.softmax(desc, axis=-1)
-            mass_before = jnp.cumsum(probs, axis=-1) - probs
-        n_keep = jnp.sum(mass_before < self.p, axis=-1, keepdims=True)  # >= 1
+            mass_before, p = jnp.cumsum(probs, axis=-1) - probs, self.p
+        n_keep = jnp.sum(mass_before < p, axis=-1, keepdims=True)  # >= 1
         threshold = jnp.take_along_axis(desc, n_keep - 1, axis=-1)
         return jnp.where(logits >= threshold, logits, -jnp.inf)
 
@@ -93,7 +97,7 @@ class Chain:
 
     transforms: tuple = ()
 
-    def __call__(self, logits: jax.Array, exact: bool = False) -> jax.Array:
+    def __call__(self, logits: jax.Array, exact: str | bool = False) -> jax.Array:
         for t in self.transforms:
             logits = t(logits, exact=exact) if exact else t(logits)
         return logits

@@ -68,7 +68,7 @@ def test_rowwise_kernels_do_not_depend_on_the_row_count():
         (lambda a, s: K.rms_norm(a, s, 1e-6), (scale,)),
         (K.log_softmax, ()),
         (K.softmax, ()),
-        (lambda a: K.exclusive_cumsum(K.softmax(a)), ()),
+        (lambda a: K.exclusive_mass(K.softmax(a)), ()),
         (lambda a, p: K.rope(a.reshape(-1, 4, 12), p[: a.shape[0]], 1e4, 32), (pos,)),
     ):
         out = _rows(fn, x, *args)

@@ -50,6 +50,43 @@ def test_transforms_hand_computed():
     assert compose(chain, TopP(0.9)).transforms == (Temperature(0.5), TopK(2), TopP(0.9))
 
 
+def _nucleus64(z, p):
+    """The tokens top-p keeps, in float64 (the reference)."""
+    desc = -np.sort(-z, axis=-1)
+    e = np.exp(desc - desc[:, :1])
+    probs = e / e.sum(-1, keepdims=True)
+    n_keep = ((np.cumsum(probs, -1) - probs) < p).sum(-1, keepdims=True)
+    return z >= np.take_along_axis(desc, n_keep - 1, -1)
+
+
+@pytest.mark.parametrize("kind", ["pallas", "exact_sum", "ordered"])
+def test_exact_top_p_is_a_function_of_the_row_and_keeps_the_nucleus(kind):
+    """Exact mode's top-p (softmax with the kind's kernels, cumulative mass in int32 on a fixed
+    grid): a row's result does not depend on the rows beside it, and it keeps the nucleus the
+    float64 reference keeps, on random rows and the hand-computed ones."""
+    rng = np.random.default_rng(3)
+    z = (rng.standard_normal((9, 300)) * rng.uniform(0.5, 4, (9, 1))).astype(np.float32)
+    for p in (0.3, 0.9, 0.999):
+        full = np.asarray(TopP(p)(jnp.asarray(z), exact=kind))
+        for n in (1, 4):
+            np.testing.assert_array_equal(np.asarray(TopP(p)(jnp.asarray(z[:n]), exact=kind)), full[:n])
+        np.testing.assert_array_equal(np.isfinite(full), _nucleus64(z.astype(np.float64), p))
+    probs = lambda t: np.asarray(jax.nn.softmax(t(Z, exact=kind), axis=-1))[0]  # noqa: E731
+    np.testing.assert_allclose(probs(TopP(0.5)), [1, 0, 0, 0])
+    np.testing.assert_allclose(probs(TopP(0.6)), [2 / 3, 1 / 3, 0, 0], rtol=1e-6)
+
+
+def test_exact_top_p_with_the_pallas_kernels_takes_no_float64():
+    z = jnp.zeros((4, 64), jnp.float32)
+    text = (
+        jax.jit(lambda a: compose(Temperature(0.9), TopK(40), TopP(0.95))(a, exact="pallas"))
+        .lower(z)
+        .as_text()
+    )
+    assert "f64" not in text
+    assert "f64" in jax.jit(lambda a: TopP(0.95)(a, exact="exact_sum")).lower(z).as_text()  # the check bites
+
+
 def test_transforms_reject_out_of_range_parameters():
     for bad in (lambda: Temperature(0.0), lambda: TopK(0), lambda: TopP(0.0), lambda: TopP(1.5)):
         with pytest.raises(ValueError, match="invalid"):
