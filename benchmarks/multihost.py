@@ -119,7 +119,7 @@ def sync_row(n: int, placement: str) -> dict:
 def sync_rows(processes) -> list[dict]:
     """Weight sync across processes, colocated and disaggregated, against the raw transfer."""
     rows = [sync_row(n, p) for p in ("colocated", "disaggregated") for n in processes]
-    print("\nweight sync across processes, per sync: ours (one all-gather of flat bytes) | previous "
+    print("\nweight sync across processes, per sync: ours (one all-gather per dtype, flat) | previous "
           "(one gather per leaf) | raw (one flat array, the same bytes and steps)")  # fmt: skip
     for r in rows:
         print(

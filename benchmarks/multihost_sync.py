@@ -8,7 +8,7 @@ does after every learner step on several processes:
 * ``disaggregated``: each process two devices, the learner on the first of each, the sampler on
   the second (each process's own sampler mesh): the gather, then a local device-to-device put.
 
-Side by side, the same bytes: ``ours`` (one all-gather of every leaf's blocks as flat bytes,
+Side by side, the same bytes: ``ours`` (one all-gather per dtype of every leaf's blocks as a flat buffer,
 ``multihost.gather_whole``), ``per_leaf`` (the previous design: XLA's gathers, one per leaf), and
 ``raw`` (one flat float32 array sharded the same way through the same steps). Process 0 prints
 one JSON line: seconds per sync (median of ``--reps``) and the ratios to raw.
