@@ -76,11 +76,11 @@ class LearnerJob:
         return state.version
 
     def _publish(self, w: lrn.Weights, keep_from: int | None) -> None:
-        """Syncs ``w`` onto the sampler's mesh (no-op colocated; every ``sync_every`` steps
+        """Syncs ``w`` onto the sampler's mesh (``placement.sync_weights``: no-op colocated on
+        one process, a gather onto every process on several; every ``sync_every`` steps
         disaggregated) and hands it to the worker as scheduler version ``w.version``."""
         placement = self.c.placement
         synced = self.sync.syncs
-        # several processes: every process's sampler gets a whole copy (gathered, timed)
         self.sampler_params = sync_weights(placement, w.params, self.sampler_params, w.version, self.sync)
         if placement.colocated or self.sync.syncs > synced:
             self.sampler_version = w.version  # else the sampler keeps older weights (sync_every > 1)
