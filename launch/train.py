@@ -72,6 +72,9 @@ def main(argv):
             process_id=_PID.value,
             heartbeat_timeout_seconds=max(int(2 * peer_timeout), 1),
         )
+        from launch.compile_cache import cache_process_local_programs  # noqa: PLC0415
+
+        cache_process_local_programs()  # each process's sampler programs: its own cache entries
     from agentjax import report
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError

@@ -14,12 +14,17 @@ TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 def cli_env(host_devices: int | None = None, **extra: str) -> dict[str, str]:
     """The environment a launcher runs with in tests: CPU, unbuffered output, the suite's shared
     compilation cache and compile options, and one CPU device unless ``host_devices`` asks for
-    more (the suite's own 8 fake devices are not inherited)."""
+    more (the suite's own 8 fake devices are not inherited).
+
+    Every program goes to the cache, however fast it compiled: a launcher's programs at -O0
+    compile in 0.01-0.5 s each, under JAX's 1 s default, and a later launcher loading them
+    instead spends about a third less CPU (smoke run: 17 -> 12 s; 4 processes: 120 -> 72 s)."""
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
         "PYTHONUNBUFFERED": "1",
         "JAX_COMPILATION_CACHE_DIR": os.path.join(ROOT, ".jax_cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         **extra,
     }
     env["XLA_FLAGS"] = TEST_XLA_FLAGS  # the suite's own 8 fake devices are not inherited

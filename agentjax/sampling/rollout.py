@@ -104,7 +104,8 @@ class Rollout:
         while True:
             self._close_full_rows()
             budget = np.zeros(self.capacity, np.int32)
-            budget[: len(self.rows)] = [self._turn_budget(i) for i in range(len(self.rows))]
+            length = np.asarray(self.state.length)
+            budget[: len(self.rows)] = [self._turn_budget(i, length[i]) for i in range(len(self.rows))]
             if token_budget is not None:
                 budget = np.minimum(budget, np.maximum(token_budget - spent, 0)).astype(np.int32)
             if not budget.any():
@@ -167,11 +168,11 @@ class Rollout:
                     self.turns.close(r, [], self._routes(i))
                 r.end(StopReason.CONTEXT_FULL if full else StopReason.TASK_CAP)
 
-    def _turn_budget(self, i: int) -> int:
+    def _turn_budget(self, i: int, length: int) -> int:
         r = self.rows[i]
         if r.done:
             return 0
-        room = self.sampler.config.max_seq_len - int(self.state.length[i])
+        room = self.sampler.config.max_seq_len - int(length)
         return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room, self.turns.tokens_left(r)), 0)
 
     def _extend(self, params, version, toks: list[list[int]]):
@@ -187,10 +188,10 @@ class Rollout:
             self._rebuild(params, version)
         else:
             self.state = self.sampler.extend(params, self.state, arr, lens, version=version)
-            host = np.asarray(self.state.tokens)
+            host, length = np.asarray(self.state.tokens), np.asarray(self.state.length)
             for i, r in enumerate(self.rows):
                 if lens[i]:
-                    r.set_context(host[i, : int(self.state.length[i])].copy())
+                    r.set_context(host[i, : int(length[i])].copy())
 
     def _rebuild(self, params, version):
         """Re-prefills every unfinished row into a fresh state: its (rewritten) context and, for a
@@ -207,7 +208,7 @@ class Rollout:
 
     def _routes(self, i: int):
         """Row ``i``'s MoE experts at its first ``n`` positions, ``n -> array`` (None: dense)."""
-        return lambda n: None if self.state.routes is None else np.asarray(self.state.routes[i, :n])
+        return lambda n: None if self.state.routes is None else np.asarray(self.state.routes)[i, :n]
 
     def _env_step(self, i: int) -> list[int]:
         """Hands the action to the environment; returns the observation tokens to append."""

@@ -295,7 +295,7 @@ class Sampler:
 
 def take(state: SamplerState, span: Span | None = None) -> list[dict[str, np.ndarray]]:
     """Host-side per-row records of ``span`` (default: all tokens), as numpy arrays."""
-    host = jax.device_get(state)
+    host, span = jax.device_get((state, span))
     out = []
     for i in range(host.tokens.shape[0]):
         lo, hi = (0, host.length[i]) if span is None else (int(span.start[i]), int(span.stop[i]))

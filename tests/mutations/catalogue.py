@@ -365,4 +365,14 @@ MUTATIONS = (
             "tests/test_multiprocess_realtime.py::test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finishes",
         ),
     ),
+    Mutation(
+        "process_local_programs_not_cached",
+        "1 placement: a process other than the first caches its own sampler programs",
+        "launch/compile_cache.py",
+        '        if host_callbacks or not getattr(executable_devices, "is_fully_addressable", False):',
+        "        if True:",
+        (
+            "tests/test_compile_cache.py::test_a_non_zero_process_writes_its_own_programs_only_with_the_wrapper",
+        ),
+    ),
 )
