@@ -75,7 +75,6 @@ def main(argv):
         from launch.compile_cache import cache_process_local_programs  # noqa: PLC0415
 
         cache_process_local_programs()  # each process's sampler programs: its own cache entries
-    from agentjax import report
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
@@ -114,6 +113,8 @@ def main(argv):
         print(f"peer error: {e}", file=sys.stderr)
         return 4
     if cfg.get("report", True) and jax.process_index() == 0:
+        from agentjax import report  # matplotlib: only where a report is written
+
         declared = (cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)).get("targets", {})
         path = report.write_report(_WORKDIR.value, targets=declared)  # this config's (--resume too)
         print(f"report: {path}")

@@ -91,8 +91,9 @@ def _tiny(name, **extra):
     return c
 
 
-def _train(name, workdir, clock=None, **kw):
+def _train(name, workdir, clock=None, steps=2, **kw):
     c = _tiny(name)
+    c.rl.steps = steps
     if clock is not None:
         c.scheduler.clock = clock
     summary = loop.train(c, str(workdir), log=lambda s: None, **kw)
@@ -147,9 +148,11 @@ def test_moe_records_routes_and_the_learner_replays_them(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_disaggregated_syncs_every_k_steps_onto_the_sampler_mesh(tmp_path):
-    summary, rows = _train("disaggregated", tmp_path)
-    assert [r["step"] for r in _train_rows(rows)] == [1, 2]
+    """sync_every=2: the sampler samples with weights of even versions only, and its tokens
+    record those versions, not the scheduler's newer one."""
+    summary, rows = _train("disaggregated", tmp_path, steps=4)
+    assert [r["step"] for r in _train_rows(rows)] == [1, 2, 3, 4]
     ws = summary["weight_sync"]
-    assert ws["syncs"] == 2 and ws["skipped"] == 1 and ws["bytes"] > 0  # initial + step 2; 1 skipped
+    assert ws["syncs"] == 3 and ws["skipped"] == 2 and ws["bytes"] > 0  # initial, steps 2 and 4
     versions = {int(v) for t in Journal(tmp_path / "journal.bin").read() for v in t.versions}
-    assert versions and all(v % 2 == 0 for v in versions), versions  # only synced weights sampled
+    assert all(v % 2 == 0 for v in versions) and max(versions) >= 2, versions  # synced weights only

@@ -6,14 +6,15 @@ The runs: the smoke config in exact mode on the virtual clock, with a value head
 learner's gradients are not zero while the tiny policy earns no reward. Bitwise claims:
 * 2 processes x 1 device == 1 process x 2 devices (a plain run, no jax.distributed);
 * 2 processes x 2 devices, disaggregated (the learner on the first device of each, each
-  process sampling on its second) == 2 processes x 1 device, colocated: the same learner mesh;
+  process sampling on its second), SIGKILLed after a checkpoint and resumed == 2 processes x 1
+  device, colocated: the same learner mesh;
 * (4 processes are run on the real clock: tests/test_multiprocess_realtime.py. A 2 x 2 run is
   not bitwise a 1 x 4 run: its trajectories differ in the last bits of their log-probs from the
   first one on, with a 4-device or a 1-device sampler alike, so the weights it samples with
   already differ; presumably a 4-way sum reduced in another order by gloo across processes than
   by XLA within one, not yet shown);
 * a run whose process was SIGKILLed fails (no hang), and --resume ends where the uninterrupted run
-  ends.
+  ends (the disaggregated run above).
 """
 
 import json
@@ -139,35 +140,15 @@ def test_two_processes_equal_one_process_bitwise_and_split_the_episodes(two_proc
 
 
 @pytest.mark.slow
-def test_disaggregated_processes_equal_colocated_ones_over_the_same_learner_devices(two_processes, tmp_path):
+def test_a_killed_disaggregated_run_fails_and_resumes_to_the_colocated_runs_bits(two_processes, tmp_path):
     """2 processes x 2 devices, disaggregated (the learner FSDP over the first device of each,
-    each process sampling on its second with the weights synced after every step) == 2 processes
-    x 1 device, colocated: the same learner mesh, each process's sampler a whole copy."""
-    wd = tmp_path / "split"
-    outs = _run(2, 2, wd, *DISAGGREGATED, "--config.placement.sync_every=1", learner=2)
-    params1, trajs1, s1 = _result(two_processes)
-    params2, trajs2, s2 = _result(wd)
-    assert trajs2 == trajs1 and params2 == params1
-    for out in outs:  # every process ran the whole loop; only process 0 wrote the files
-        assert f"step    {STEPS}/{STEPS} |" in out
-    assert (wd / "checkpoints" / str(STEPS)).is_dir()
-    # process 0 samples on its own second device, off the learner mesh; one gather over the
-    # processes and one local sync per version (the start's and every step's)
-    where, here = s2["placement"], s1["placement"]
-    assert where["kind"] == "disaggregated" and where["learner_devices"] == here["learner_devices"]
-    assert len(where["sampler_devices"]) == 1 and not set(where["sampler_devices"]) & set(
-        where["learner_devices"]
-    )
-    assert set(here["sampler_devices"]) <= set(here["learner_devices"])  # colocated: on its first
-    sync = s2["weight_sync"]
-    assert sync["syncs"] == sync["gathers"] == STEPS + 1 and sync["skipped"] == 0
-    assert sync["bytes"] == sync["gather_bytes"] > 0
-
-
-@pytest.mark.slow
-def test_a_killed_process_fails_the_run_and_resume_continues_exactly(two_processes, tmp_path):
+    each process sampling on its second, the weights synced after every step), one process
+    SIGKILLed after checkpoint 2: the other fails with a named error (no hang), and --resume ends
+    bitwise where the uninterrupted 2 x 1 colocated run ends: the same learner mesh, each
+    process's sampler a whole copy of the weights."""
     wd = tmp_path / "killed"
-    procs = _start(2, 1, wd)
+    split = (*DISAGGREGATED, "--config.placement.sync_every=1")
+    procs = _start(2, 2, wd, *split, learner=2)
     kill_after_checkpoint(procs, wd, victim=1)
     t0 = time.time()
     out = procs[0].communicate(timeout=300)[0]  # fails within the peer timeout (20 s): no hang
@@ -178,10 +159,24 @@ def test_a_killed_process_fails_the_run_and_resume_continues_exactly(two_process
     causes = ("peer error: process 1 of 2", "task 1 heartbeat timeout", "another task died")
     assert any(c in out.lower() for c in causes), out[-6000:]
     assert not (wd / "summary.json").exists()
-    _run(2, 1, wd, "--resume")
-    params, trajs, _ = _result(wd)
-    want_params, want_trajs, _ = _result(two_processes)
+    outs = _run(2, 2, wd, *split, "--resume", learner=2)
+    for out in outs:  # every process ran the rest of the loop; only process 0 wrote the files
+        assert "resumed from step 2" in out and f"step    {STEPS}/{STEPS} |" in out
+    params, trajs, s2 = _result(wd)
+    want_params, want_trajs, s1 = _result(two_processes)
     assert trajs == want_trajs and params == want_params
+    assert (wd / "checkpoints" / str(STEPS)).is_dir()
+    # process 0 samples on its own second device, off the learner mesh; one gather over the
+    # processes and one local sync per version (the resume's and steps 3 and 4)
+    where, here = s2["placement"], s1["placement"]
+    assert where["kind"] == "disaggregated" and where["learner_devices"] == here["learner_devices"]
+    assert len(where["sampler_devices"]) == 1 and not set(where["sampler_devices"]) & set(
+        where["learner_devices"]
+    )
+    assert set(here["sampler_devices"]) <= set(here["learner_devices"])  # colocated: on its first
+    sync = s2["weight_sync"]
+    assert sync["syncs"] == sync["gathers"] == STEPS - 1 and sync["skipped"] == 0
+    assert sync["bytes"] == sync["gather_bytes"] > 0
 
 
 def test_distributed_runs_refuse_partial_rollout(monkeypatch, tmp_path):

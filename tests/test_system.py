@@ -167,52 +167,24 @@ def jax_leaves(tree):
 
 
 @pytest.mark.slow
-def test_disaggregated_sync_every_k_records_true_behaviour_versions(tmp_path):
-    """A sampler that syncs every 2 steps samples with weights of even versions only; tokens
-    record those versions, not the scheduler's newer one."""
-    from agentjax.learner.journal import Journal
-
-    wd = tmp_path / "disagg"
-    env = cli_env(host_devices=2)
-    out = _train(
-        str(wd),
-        "--config.placement.kind=disaggregated",
-        "--config.placement.sync_every=2",
-        "--config.placement.sampler_mesh.data=1",
-        "--config.rl.steps=4",
-        "--config.checkpoint_every=0",
-        env=env,
-    )
-    assert out.returncode == 0, tail(out)
-    summary = json.load(open(wd / "summary.json"))
-    assert summary["weight_sync"]["syncs"] == 3 and summary["weight_sync"]["skipped"] == 2
-    assert summary["weight_sync"]["bytes"] > 0
-    versions = {int(v) for t in Journal(wd / "journal.bin").read() for v in t.versions}
-    assert versions and all(v % 2 == 0 for v in versions), versions
-    assert max(versions) >= 2
-
-
-@pytest.mark.slow
 def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
     """loss.advantage='gae' (separate critic, truncation bootstrap) with KL to the frozen warm
     start: both losses reach the metrics, and a run stopped at step 2 and resumed (reference
     policy restored from the workdir) ends bitwise where an uninterrupted run ends."""
-    flags = [
-        "--config.loss.advantage=gae",
-        "--config.loss.value_coef=0.5",
-        "--config.model.value_head=separate",
-        "--config.loss.kl_coef=0.05",
-        "--config.scheduler.mode=sync",
-        "--config.rl.eval_every=100",
-    ]
+    from agentjax.run import loop
+
+    def config(steps):
+        c = _smoke()
+        c.loss.update(advantage="gae", value_coef=0.5, kl_coef=0.05)
+        c.model.value_head = "separate"
+        c.scheduler.mode = "sync"
+        c.rl.update(steps=steps, eval_every=100)
+        return c
+
+    # in one process: the three runs share their compiled programs
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
-    for wd, extra in (
-        (full, ["--config.rl.steps=4"]),
-        (part, ["--config.rl.steps=2"]),
-        (part, ["--config.rl.steps=4", "--resume"]),
-    ):
-        out = _train(wd, *flags, *extra)
-        assert out.returncode == 0, tail(out)
+    for wd, steps, resume in ((full, 4, False), (part, 2, False), (part, 4, True)):
+        loop.train(config(steps), wd, resume=resume, log=lambda s: None)
     train = [r for r in _metrics(full) if "loss/total" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert all(r["loss/value"] > 0 for r in train)

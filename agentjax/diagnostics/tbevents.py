@@ -38,19 +38,38 @@ import glob
 import math
 import os
 import struct
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import tensorboardX
-from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.proto.plugin_text_pb2 import TextPluginData
-from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
-from tensorboardX.proto.tensor_pb2 import TensorProto
-from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
-from tensorboardX.record_writer import masked_crc32c
 
-from agentjax.diagnostics import episodes
+def _import_tensorboardx():
+    """tensorboardX's package imports torch where it is installed (the ``hf`` extra), to accept
+    torch tensors that nothing here passes: about 1 s of every process's start. Where torch is
+    not imported yet, its import is refused while tensorboardX's runs (``import torch`` raises
+    ImportError, which tensorboardX expects), and allowed again after."""
+    if "torch" in sys.modules:
+        import tensorboardX  # noqa: PLC0415
+
+        return tensorboardX
+    sys.modules["torch"] = None
+    try:
+        import tensorboardX  # noqa: PLC0415
+    finally:
+        del sys.modules["torch"]
+    return tensorboardX
+
+
+tensorboardX = _import_tensorboardx()
+from tensorboardX.proto.event_pb2 import Event  # noqa: E402
+from tensorboardX.proto.plugin_text_pb2 import TextPluginData  # noqa: E402
+from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata  # noqa: E402
+from tensorboardX.proto.tensor_pb2 import TensorProto  # noqa: E402
+from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto  # noqa: E402
+from tensorboardX.record_writer import masked_crc32c  # noqa: E402
+
+from agentjax.diagnostics import episodes  # noqa: E402
 
 EVENT_FILE = "events.out.tfevents.agentjax"  # the run's one event file ("tfevents": TensorBoard reads it)
 SAMPLES_KEY = episodes.KEY

@@ -349,7 +349,7 @@ MUTATIONS = (
         "        if placement.colocated:\n            return learner_params\n",
         "        return learner_params\n",
         (
-            "tests/test_multiprocess.py::test_disaggregated_processes_equal_colocated_ones_over_the_same_learner_devices",
+            "tests/test_multiprocess.py::test_a_killed_disaggregated_run_fails_and_resumes_to_the_colocated_runs_bits",
         ),
     ),
     Mutation(
@@ -361,7 +361,7 @@ MUTATIONS = (
         "        distributed or step % placement.sync_every\n"
         "    ):",
         (
-            "tests/test_multiprocess.py::test_disaggregated_processes_equal_colocated_ones_over_the_same_learner_devices",
+            "tests/test_multiprocess.py::test_a_killed_disaggregated_run_fails_and_resumes_to_the_colocated_runs_bits",
             "tests/test_multiprocess_realtime.py::test_when_a_process_dies_the_other_stops_with_a_named_error_and_resume_finishes",
         ),
     ),
