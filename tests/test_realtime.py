@@ -29,19 +29,6 @@ def _train(workdir, **overrides):
     return summary, [r for r in rows if "loss/total" in r]
 
 
-def test_async_real_time_overlaps_sampling_with_learning_within_the_gap_bound(tmp_path):
-    summary, rows = _train(tmp_path, scheduler__mode="async", admission__max_version_gap=1)
-    rt = summary["realtime"]
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert rt["clock"] == "real" and rt["sampler_busy_s"] > 0 and rt["learner_busy_s"] > 0
-    assert rt["overlap_s"] > 0, rt  # the engine generated while the learner trained
-    assert max(r["version_gap_max"] for r in rows) <= 1  # the bound acts on real events
-    trajs = Journal(os.path.join(tmp_path, "journal.bin")).read()
-    assert len(trajs) >= 3 * 16 and all(t.num_action_tokens > 0 for t in trajs)
-    # wall-clock seconds, not the virtual clock's: the step rows carry the real elapsed time
-    assert 0 < rows[-1]["virtual_time"] <= rt["wall_s"] + 1e-6
-
-
 def test_env_latency_as_real_waiting_runs_on_the_pool_while_the_engine_decodes(tmp_path):
     """scheduler.env_latency_scale: each tool call waits its simulated (long-tailed) latency in
     real time on the env pool; the pool's measured latency and utilisation show it, and the
@@ -76,12 +63,14 @@ def _episodes(workdir):
     return sorted(out, key=lambda e: e[0])
 
 
-def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
-    """launch.train --replay=W: the recorded delivery order of a real-time run re-executed gives
-    the same episodes (tokens, log-probs, per-token versions) and the same final parameters. On
-    the slot engine (the default's) the real run admits rounds into the running call and several
-    versions share its slots; the replay runs each round in a call of its own. (Lock-step rollout
-    replays through the same schedule; its real-clock runs are the other tests of this file.)"""
+def test_async_real_time_overlaps_within_the_gap_bound_and_its_replay_is_bitwise(tmp_path):
+    """Async on the real clock: the engine generates while the learner trains, and the version-gap
+    bound acts on real events. launch.train --replay=W: the recorded delivery order of that run
+    re-executed gives the same episodes (tokens, log-probs, per-token versions) and the same final
+    parameters. On the slot engine (the default's) the real run admits rounds into the running
+    call and several versions share its slots; the replay runs each round in a call of its own.
+    (Lock-step rollout replays through the same schedule; its real-clock runs are the other tests
+    of this file.)"""
     # a short warm start passes some episodes and dynamic sampling (the default's) trains the
     # mixed groups: the learner steps move the weights
     kw = dict(
@@ -94,6 +83,15 @@ def test_replay_reproduces_a_real_time_async_run_bitwise(tmp_path):
         scheduler__engine_slots=8,
     )
     first, rows = _train(tmp_path / "real", **kw)
+    rt = first["realtime"]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rt["clock"] == "real" and rt["sampler_busy_s"] > 0 and rt["learner_busy_s"] > 0
+    assert rt["overlap_s"] > 0, rt  # the engine generated while the learner trained
+    assert max(r["version_gap_max"] for r in rows) <= 1  # the bound acts on real events
+    trajs = Journal(os.path.join(tmp_path / "real", "journal.bin")).read()
+    assert len(trajs) >= 3 * 16 and all(t.num_action_tokens > 0 for t in trajs)
+    # wall-clock seconds, not the virtual clock's: the step rows carry the real elapsed time
+    assert 0 < rows[-1]["virtual_time"] <= rt["wall_s"] + 1e-6
     assert any(r["batch/all_same_groups"] < r["batch/groups"] for r in rows)
     assert os.path.exists(tmp_path / "real" / "schedule.json")
     cfg = tiny_config("default", steps=3, scheduler__clock="real", **kw)

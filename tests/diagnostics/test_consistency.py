@@ -184,7 +184,7 @@ def _random_config(seed: int) -> ModelConfig:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_contract_holds_on_random_shapes(seed):
     """One random model per seed, each sampler batch size a fresh draw from 1..12 (one compile
     each): the issue-18 defect (qk_norm, head_dim 10, batch 1) broke here before the
