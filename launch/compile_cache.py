@@ -11,12 +11,14 @@ test runs, about half of a non-zero process's time).
 :func:`cache_process_local_programs` lets a process write the entries of the programs whose
 devices are all its own (``DeviceList.is_fully_addressable``); programs across processes keep
 JAX's rule. It wraps a private JAX function: where that is missing (another JAX version) it
-changes nothing and says so, and the run only compiles more.
+changes nothing and returns False (``launch.train`` then prints one line), and the run only
+compiles more.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 
 
 def cache_process_local_programs() -> bool:
@@ -27,7 +29,7 @@ def cache_process_local_programs() -> bool:
     if jax_write is None or not hasattr(compiler, "backend_compile_and_load"):
         return False
     if distributed.global_state.process_id == 0 or getattr(jax_write, "_agentjax", False):
-        return False  # process 0 writes everything already
+        return False  # process 0 writes everything already; or installed before
 
     def write(backend, computation, executable_devices, compile_options, host_callbacks, module_name, key):
         if host_callbacks or not getattr(executable_devices, "is_fully_addressable", False):
@@ -42,8 +44,10 @@ def cache_process_local_programs() -> bool:
         if seconds >= compiler.config.persistent_cache_min_compile_time_secs.value:
             try:
                 compilation_cache.put_executable_and_time(key, module_name, executable, backend, int(seconds))
-            except Exception:  # noqa: BLE001 - a cache that cannot be written only costs a compile
-                pass
+            except Exception as e:  # noqa: BLE001 - a cache that cannot be written costs a compile
+                warnings.warn(
+                    f"could not write the compilation cache entry of {module_name!r}: {e}", stacklevel=2
+                )
         return executable
 
     write._agentjax = True

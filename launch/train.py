@@ -74,7 +74,8 @@ def main(argv):
         )
         from launch.compile_cache import cache_process_local_programs  # noqa: PLC0415
 
-        cache_process_local_programs()  # each process's sampler programs: its own cache entries
+        if not cache_process_local_programs() and jax.process_index() != 0:
+            print("compilation cache: this JAX caches process 0's programs only", flush=True)
     from agentjax.learner.checkpoint import CheckpointError
     from agentjax.learner.journal import JournalError
     from agentjax.policy.config import ConfigError
