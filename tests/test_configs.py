@@ -1,7 +1,9 @@
 """Every config in configs/ loads and validates; sync_exact, moe and disaggregated train end to end.
 
 The runs are the configs themselves with the sizes of configs/smoke.py and 2 RL steps (what makes
-each config what it is, scheduling mode, filter, placement, experts, stays as configured).
+each config what it is, scheduling mode, filter, placement, experts, stays as configured);
+disaggregated trains 4 steps on the virtual clock (two syncs after the start's, versions a
+function of the seed).
 """
 
 import glob
