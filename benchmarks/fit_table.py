@@ -494,14 +494,17 @@ def _case_str(name, topology, placement, mode, tokens=None) -> str:
 
 
 def write(cache: dict, grid) -> None:
-    """Renders every case of ``grid`` that ``cache`` holds; lists the others as not compiled."""
-    rows, missing = [], []
+    """Renders every case of ``grid`` that ``cache`` holds, then the cached cases outside it
+    (e.g. another mode); lists the grid's others as not compiled."""
+    rows, missing, keys = [], [], set()
     for case in grid:
         key = case_key(*case)
+        keys.add(key)
         if key in cache:
             rows.append(cache[key])
         else:
             missing.append(_case_str(*case))
+    rows += [row for key, row in cache.items() if key not in keys]
     text = markdown(rows, missing)
     if _NOTES.value and os.path.exists(_NOTES.value):
         with open(_NOTES.value) as f:

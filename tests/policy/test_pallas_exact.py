@@ -166,8 +166,10 @@ def test_kernels_on_a_mesh_give_the_unpartitioned_bits():
     """On 8 CPU devices (data 2 x fsdp 2 x tensor 2, and fsdp 2 x expert 2 x tensor 2), each
     kernel wrapped in its shard_map (rows over the row axes, matmul columns and kv heads over
     tensor, groups over expert; inputs placed sharded) equals the unwrapped kernel bitwise, with
-    row counts the split does not divide (37 rows). The attention spans two key chunks
-    (600 slots: chunks of KV_CHUNK = 512), and equals the one-chunk kernel bitwise too."""
+    row counts the split does not divide (37 rows: padded over every row axis) or divides only
+    in part (38 rows: split over the one axis of 2 that divides, no padding). The attention
+    spans two key chunks (600 slots: chunks of KV_CHUNK = 512), and equals the one-chunk kernel
+    bitwise too."""
     x, w, s, z = normal(37, 300), normal(300, 256), normal(300), normal(37, 200)
     xg, wg = normal(4, 13, 40), normal(4, 40, 130)
     b, t, h, hkv, d, n = 4, 7, 4, 2, 8, 600
@@ -178,6 +180,8 @@ def test_kernels_on_a_mesh_give_the_unpartitioned_bits():
         "matmul": (P.matmul, (x, w)),
         "batched_matmul": (P.batched_matmul, (xg, wg)),
         "rms_norm": (lambda a, c: P.rms_norm(a, c, 1e-6), (x, s)),
+        "rms_norm_38": (lambda a, c: P.rms_norm(a, c, 1e-6), (normal(38, 300), s)),
+        "matmul_38": (P.matmul, (normal(38, 300), w)),
         "log_softmax": (P.log_softmax, (z,)),
         "softmax": (P.softmax, (z,)),
         "elementwise": (lambda a, c: P.elementwise(lambda u, y: u * y + jnp.tanh(u), a, c), (z, z)),
