@@ -54,9 +54,9 @@ from agentjax.sampling import noise
 NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
 # Rows of a prefill window are a multiple of this (the rows past the tokens are invalid: their
 # cache writes are dropped). The window is the tokens plus the pending one, so a power-of-two
-# prompt made an odd row count: Qwen3-8B's exact 16k-token prefill (v5p, data 4 x tensor 8)
-# spent 94 s and 3.4 GB of host memory compiling 2 layers at 8,193 rows, 27 s and 1.6 GB at
-# 8,208 (TPU code generation of unaligned slices; bf16 arrays tile by 16 rows).
+# prompt made an odd row count: 2 layers of Qwen3-8B's exact prefill of 16 x 8,192 tokens (v5p,
+# data 4 x tensor 8) took 75.5 s and 3.5 GB of host memory to compile at 8,193 rows, 24.8 s and
+# 1.7 GB at 8,208 (TPU code generation; bf16 arrays tile by 16 rows; benchmarks/prefill_window.py).
 WINDOW_ALIGN = 16
 
 
