@@ -70,7 +70,7 @@ def _one(align: int) -> dict:
     hwm = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
     return {
         "align": align,
-        "rows_per_sequence": -(-(_PROMPT.value + 1) // align) * align,
+        "rows_per_sequence": sampler.window_rows(_PROMPT.value),
         "compile_s": round(pre.compile_seconds, 1),
         "host_peak_gib": round(hwm / 2**30, 2),
         "prefill_peak_gib": round(pre.peak_bytes / 2**30, 2),

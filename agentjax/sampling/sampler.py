@@ -60,6 +60,12 @@ NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
 WINDOW_ALIGN = 16
 
 
+def window_rows(tokens: int) -> int:
+    """Rows of the prefill window of ``tokens`` new tokens: with the pending one, rounded up to
+    a multiple of :data:`WINDOW_ALIGN`."""
+    return -(-(tokens + 1) // WINDOW_ALIGN) * WINDOW_ALIGN
+
+
 class Status(enum.IntEnum):
     """Per-row status after a call."""
 
@@ -170,7 +176,7 @@ def _extend_on_mesh(s: Sampler, params, state: SamplerState, tokens, lengths, ve
     new_len = state.length + n
     state = state._replace(tokens=buf, length=new_len)
     count = jnp.maximum(new_len - 1 - state.cached, 0)
-    width = -(-(tokens.shape[1] + 1) // WINDOW_ALIGN) * WINDOW_ALIGN
+    width = window_rows(tokens.shape[1])
     state, _ = _forward_window(s, params, state, state.cached, count, width, version, logits=False)
     status = jnp.where(n > 0, Status.ACTIVE, state.status)
     status = jnp.where(new_len >= l, Status.FULL, status)
