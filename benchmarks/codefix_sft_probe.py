@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 
-def _turn_exact(params, model, codec, eps, length: int) -> tuple[list[float], float]:
+def _turn_exact(params, model, codec, eps, length: int, show: int = 0):
     import jax.numpy as jnp  # noqa: PLC0415
 
     from agentjax.learner.sft import demo_rows  # noqa: PLC0415
@@ -35,14 +35,22 @@ def _turn_exact(params, model, codec, eps, length: int) -> tuple[list[float], fl
     tok, m = r["tokens"][:, :w], r["loss_mask"][:, :w]
     logits = forward(params, jnp.asarray(tok), jnp.asarray(r["positions"][:, :w]), config=model)[0]
     pred = np.asarray(jnp.argmax(logits, -1))
-    exact, acc = np.zeros((len(eps), max(len(e) for e in eps))), []
+    text = lambda ids: codec.tokenizer.decode([int(x) for x in ids], skip_specials=False)  # noqa: E731
+    exact, acc, shown = np.zeros((len(eps), max(len(e) for e in eps))), [], []
     for i in range(len(eps)):
         edges = np.flatnonzero(np.diff(np.concatenate([[0], m[i], [0]])))  # starts, ends of the actions
         for t, (a, b) in enumerate(zip(edges[::2], edges[1::2], strict=True)):
             hit = pred[i, a - 1 : b - 1] == tok[i, a:b]
             exact[i, t] = float(hit.all())
+            if t == 1 and i < show:  # the edit: what teacher-forced greedy writes vs the demonstration
+                shown.append(
+                    {
+                        "wrote": text(pred[i, a - 1 : b - 1]),
+                        "target": text(tok[i, a:b]),
+                    }
+                )
             acc.append(float(hit.mean()))
-    return [round(float(x), 3) for x in exact.mean(0)], round(float(np.mean(acc)), 3)
+    return [round(float(x), 3) for x in exact.mean(0)], round(float(np.mean(acc)), 3), shown
 
 
 def main() -> None:
@@ -54,6 +62,10 @@ def main() -> None:
     p.add_argument("--agent", default="editor")
     p.add_argument("--rename", type=int, default=0, help="renamed copies of each demonstration (augment)")
     p.add_argument("--hf", default="workdir/tiny_qwen3_2k")
+    p.add_argument(
+        "--show", type=int, default=4, help="edits shown per set (teacher-forced greedy vs target)"
+    )
+    p.add_argument("--init", choices=("random", "hf"), default="random", help="hf: the checkpoint's weights")
     p.add_argument("--out", default="benchmarks/results/codefix_sft_probe.json")
     f = p.parse_args()
     import jax  # noqa: PLC0415
@@ -90,7 +102,12 @@ def main() -> None:
     env.close()
     rng = random.Random(0)
     rows = demo_rows(train + [rename(e, rng) for e in train for _ in range(f.rename)], parts.codec, length)
-    params = init_params(parts.model, jax.random.key(0))
+    if f.init == "hf":  # e.g. a copy-pretrained model (launch.make_tiny_hf --copy_steps)
+        from agentjax.policy.hf import load_hf_checkpoint  # noqa: PLC0415
+
+        params = load_hf_checkpoint(f.hf, max_seq_len=parts.model.max_seq_len)[1]
+    else:
+        params = init_params(parts.model, jax.random.key(0))
     t1 = time.perf_counter()
     params, losses = sft_train(
         params, parts.model, rows, steps=f.steps, batch_size=f.batch, learning_rate=f.lr, seed=0,
@@ -105,7 +122,7 @@ def main() -> None:
         "sft_s": t2 - t1,
         "nll_first_last": [losses[0], losses[-1]],
         "turn_exact_and_token_accuracy": {
-            k: _turn_exact(params, parts.model, parts.codec, v, length) for k, v in sets.items()
+            k: _turn_exact(params, parts.model, parts.codec, v, length, f.show) for k, v in sets.items()
         },
         "load_avg": os.getloadavg(),
     }

@@ -37,11 +37,13 @@ _STEPS = flags.DEFINE_integer("steps", 2000, "optimizer steps")
 _BATCH = flags.DEFINE_integer("batch", 32, "sequences per step")
 _LR = flags.DEFINE_float("lr", 3e-3, "AdamW learning rate")
 _FIXED = flags.DEFINE_bool("fixed_offset", False, "copy the whole context right after the separator")
+_QKN = flags.DEFINE_bool("qk_norm", True, "Qwen3's RMSNorm on queries and keys")
+_DRAW = flags.DEFINE_integer("draw", 2048, "context tokens are drawn from ids 3..draw-1 (<= 2,048)")
 VOCAB, SEP = 2048, 1
 
 
-def batch(rng, b: int, c: int, s: int, fixed: bool) -> np.ndarray:
-    x = rng.integers(3, VOCAB, (b, c))
+def batch(rng, b: int, c: int, s: int, fixed: bool, draw: int = VOCAB) -> np.ndarray:
+    x = rng.integers(3, draw, (b, c))
     off = np.zeros(b, int) if fixed else rng.integers(0, c - s + 1, b)
     seg = np.stack([x[i, o : o + s] for i, o in enumerate(off)])
     return np.concatenate([x, np.full((b, 1), SEP), seg], 1).astype(np.int32)
@@ -60,7 +62,7 @@ def main(argv):
         head_dim=max(16, _D.value // 4),
         d_ff=4 * _D.value,
         max_seq_len=t,
-        qk_norm=True,
+        qk_norm=_QKN.value,
     )
     opt = optax.adamw(_LR.value)
     params = init_params(cfg, jax.random.key(0))
@@ -81,7 +83,7 @@ def main(argv):
 
     rng, start = np.random.default_rng(0), time.perf_counter()
     for i in range(_STEPS.value):
-        toks = jnp.asarray(batch(rng, _BATCH.value, c, s, _FIXED.value))
+        toks = jnp.asarray(batch(rng, _BATCH.value, c, s, _FIXED.value, _DRAW.value))
         params, state, loss, acc = step(params, state, toks)
         if i % 100 == 0 or i == _STEPS.value - 1:
             print(f"step {i} loss {float(loss):.3f} acc {float(acc):.3f} {time.perf_counter() - start:.0f}s")

@@ -93,7 +93,7 @@ def corpus() -> list[str]:
     return texts
 
 
-def train_tokenizer(vocab_size: int):
+def train_tokenizer(vocab_size: int, texts: list[str] | None = None):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
 
     tok = Tokenizer(models.BPE())
@@ -105,22 +105,67 @@ def train_tokenizer(vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(), trainer)
+    tok.train_from_iterator(corpus() if texts is None else texts, trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])
     return tok
 
 
-def make(out: str | os.PathLike, *, vocab_size: int = 1024, seed: int = 0) -> Path:
-    """Writes the tiny HF directory ``out``; returns its path."""
+# Copy pretraining (agentjax/learner/copy_rows.py): (share of the steps, rows, length, context,
+# span, batch, code texts). Short dense rows first: the induction head forms there (measured:
+# benchmarks/induction_probe.py); then long rows, half of them code, so it reaches further back.
+COPY_PHASES = (
+    (0.6, 4096, 57, (32, 32), (24, 24), 64, False),
+    (0.4, 2048, 256, (32, 192), (8, 24), 16, True),
+)
+COPY_LR = 1e-3
+
+
+def copy_pretrain(params, config, tok, texts: list[str], steps: int, seed: int, log=print):
+    """``steps`` Adam steps on copy-by-content rows over the tokenizer's ordinary tokens and the
+    corpus's texts: the model learns to copy a span it saw (an induction head), which a random
+    init cannot do and a code agent's edit needs (``agentjax/learner/copy_rows.py``).
+    Returns ``(params, losses)``."""
+    import numpy as np  # noqa: PLC0415
+
+    from agentjax.learner.copy_rows import copy_rows  # noqa: PLC0415
+    from agentjax.learner.sft import sft_train  # noqa: PLC0415
+
+    reserved = {tok.token_to_id(t) for t in (*SPECIAL, *ADDED)}
+    ids = [i for i in range(tok.get_vocab_size(with_added_tokens=True)) if i not in reserved]
+    coded = [e.ids for e in tok.encode_batch(texts)]
+    rng, sep, losses = np.random.default_rng(seed), tok.token_to_id("<|endoftext|>"), []
+    ends = np.round(np.cumsum([share for share, *_ in COPY_PHASES]) * steps).astype(int)
+    for (_, n, length, context, span, batch, code), k in zip(
+        COPY_PHASES, np.diff(ends, prepend=0), strict=True
+    ):
+        if k < 1:
+            continue
+        rows = copy_rows(rng, n, length, ids, sep, coded if code else (), context=context, span=span)
+        params, phase = sft_train(
+            params, config, rows, steps=int(k), batch_size=batch, learning_rate=COPY_LR, seed=seed,
+            decay=False, log_every=max(k // 5, 1),
+            log=lambda m, L=length: log(m.replace("warm start", f"copy pretraining ({L}-token rows)")),
+        )  # fmt: skip
+        losses += phase
+    return params, losses
+
+
+def make(out: str | os.PathLike, *, vocab_size: int = 1024, seed: int = 0, copy_steps: int = 0) -> Path:
+    """Writes the tiny HF directory ``out``; returns its path.
+
+    ``copy_steps`` > 0 pretrains the random init to copy by content (:func:`copy_pretrain`)."""
     import jax  # noqa: PLC0415
 
     from agentjax.policy.hf import config_from_hf  # noqa: PLC0415
     from agentjax.policy.hf_export import export_hf  # noqa: PLC0415
     from agentjax.policy.model import init_params  # noqa: PLC0415
 
+    if copy_steps < 0:
+        raise ValueError(f"copy_steps={copy_steps} is invalid; allowed values: an int >= 0")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(vocab_size)
+    texts = corpus()
+    tok = train_tokenizer(vocab_size, texts)
     tok.save(str(out / "tokenizer.json"))
     n = tok.get_vocab_size(with_added_tokens=True)
     ids = {t: tok.token_to_id(t) for t in SPECIAL}
@@ -164,6 +209,8 @@ def make(out: str | os.PathLike, *, vocab_size: int = 1024, seed: int = 0) -> Pa
         json.dumps({"eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]}, indent=2)
     )
     params = init_params(config, jax.random.key(seed))
+    if copy_steps > 0:
+        params, _ = copy_pretrain(params, config, tok, texts, copy_steps, seed)
     (out / "config.json").unlink(missing_ok=True)
     export_hf(params, config, src, out)
     return out
@@ -171,11 +218,12 @@ def make(out: str | os.PathLike, *, vocab_size: int = 1024, seed: int = 0) -> Pa
 
 def main(argv):
     del argv
-    path = make(flags.FLAGS.out, vocab_size=flags.FLAGS.vocab_size)
+    path = make(flags.FLAGS.out, vocab_size=flags.FLAGS.vocab_size, copy_steps=flags.FLAGS.copy_steps)
     print(f"wrote {path}")
 
 
 if __name__ == "__main__":  # flags defined here: tests import make() next to other launchers
     flags.DEFINE_string("out", "workdir/tiny_qwen3", "Directory to write.")
     flags.DEFINE_integer("vocab_size", 1024, "BPE vocabulary size (before added tokens).")
+    flags.DEFINE_integer("copy_steps", 0, "Copy-by-content pretraining steps (0: random init).")
     app.run(main)

@@ -50,8 +50,12 @@ def sft_train(
     log_every: int = 0,
     log=print,
     place=None,
+    decay: bool = True,
 ):
     """Adam on the mean negative log-likelihood of the action tokens; returns ``(params, losses)``.
+
+    The learning rate warms up over the first 5% of the steps, then decays to 0 along a cosine
+    (``decay=False``: stays constant; the copy pretraining's phase change needs the full rate).
 
     ``place(batch) -> batch``: puts each batch of host rows on the devices (the training loop
     splits its rows over the learner mesh: data parallel); None: ``jnp.asarray``."""
@@ -60,6 +64,8 @@ def sft_train(
         optax.clip_by_global_norm(1.0),
         optax.adam(
             optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(steps // 20, 1), max(steps, 2))
+            if decay
+            else optax.linear_schedule(0.0, learning_rate, max(steps // 20, 1))
         ),
     )
     opt = tx.init(params)

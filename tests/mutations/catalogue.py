@@ -375,4 +375,14 @@ MUTATIONS = (
             "tests/test_compile_cache.py::test_a_non_zero_process_writes_its_own_programs_only_with_the_wrapper",
         ),
     ),
+    Mutation(
+        "copy_rows_span_not_a_copy",
+        "#30 copy pretraining (launch.make_tiny_hf --copy_steps): the trained spans repeat the context",
+        "agentjax/learner/copy_rows.py",
+        "            tok[i, k + 1 : k + 1 + s] = ctx[o : o + s]\n",
+        "            tok[i, k + 1 : k + 1 + s] = pool[rng.integers(len(pool), size=s)]\n",
+        (
+            "tests/learner/test_copy_rows.py::test_each_trained_token_continues_a_span_copied_from_the_context",
+        ),
+    ),
 )
