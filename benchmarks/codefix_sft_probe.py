@@ -66,6 +66,9 @@ def main() -> None:
         "--show", type=int, default=4, help="edits shown per set (teacher-forced greedy vs target)"
     )
     p.add_argument("--init", choices=("random", "hf"), default="random", help="hf: the checkpoint's weights")
+    p.add_argument(
+        "--success", type=float, default=None, help="the agent's right-fix share (default: its own)"
+    )
     p.add_argument("--out", default="benchmarks/results/codefix_sft_probe.json")
     f = p.parse_args()
     import jax  # noqa: PLC0415
@@ -78,6 +81,8 @@ def main() -> None:
     from agentjax.run.build import build  # noqa: PLC0415
     from configs import codefix_learn  # noqa: PLC0415
 
+    if f.success is not None:  # e.g. 1.0: every demonstration fixes the bug right
+        agents.DEMONSTRATOR_SUCCESS = f.success
     c = codefix_learn.get_config()
     c.model = dict(c.model, hf_path=f.hf)
     c.task = dict(c.task, eval_tasks=16, kwargs=dict(generated=f.tasks, demo_tasks=f.tasks))
