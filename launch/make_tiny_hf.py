@@ -143,8 +143,7 @@ def copy_pretrain(params, config, tok, texts: list[str], steps: int, seed: int, 
         rows = copy_rows(rng, n, length, ids, sep, coded if code else (), context=context, span=span)
         params, phase = sft_train(
             params, config, rows, steps=int(k), batch_size=batch, learning_rate=COPY_LR, seed=seed,
-            decay=False, log_every=max(k // 5, 1),
-            log=lambda m, L=length: log(m.replace("warm start", f"copy pretraining ({L}-token rows)")),
+            decay=False, log_every=max(k // 5, 1), log=log, name=f"copy pretraining ({length}-token rows)",
         )  # fmt: skip
         losses += phase
     return params, losses

@@ -51,12 +51,14 @@ def sft_train(
     log=print,
     place=None,
     decay: bool = True,
+    name: str = "warm start",
 ):
     """Adam on the mean negative log-likelihood of the action tokens; returns ``(params, losses)``.
 
     The learning rate warms up over the first 5% of the steps, then decays to 0 along a cosine
     (``decay=False``: stays constant; the copy pretraining's phase change needs the full rate).
 
+    ``name`` begins each log line.
     ``place(batch) -> batch``: puts each batch of host rows on the devices (the training loop
     splits its rows over the learner mesh: data parallel); None: ``jnp.asarray``."""
     cfg = config.replace(exact_tile=0)  # the standard kernels: same function, cheaper gradient
@@ -94,5 +96,5 @@ def sft_train(
         params, opt, loss = step(params, opt, batch)
         losses.append(float(loss))
         if log_every and (s % log_every == 0 or s == steps - 1):
-            log(f"warm start step {s:4d}  nll {losses[-1]:.4f}")
+            log(f"{name} step {s:4d}  nll {losses[-1]:.4f}")
     return params, losses
