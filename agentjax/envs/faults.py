@@ -7,7 +7,9 @@ resource or infrastructure label here is decided from evidence gathered OUTSIDE 
 
 ``infra_fault`` needs POSITIVE evidence that the agent's code cannot produce:
 
-1. the sandbox never started (our launch marker, written before any agent code, is missing);
+1. the sandbox never started (our launch marker, written before any agent code, is missing):
+   ``host_starvation`` when it timed out with the in-run signs of 4. (no canary: no agent code
+   ran that could fake them), else ``sandbox_start``;
    the kernel OOM killer took a task of our memory cgroup although the cgroup never reached its
    limit (``failcnt`` 0: the host ran out of memory, not the agent);
 2. the agent's own resource use: the pids cgroup refused a fork (fork bomb -> ``agent_error``), our
@@ -63,7 +65,10 @@ def attribute(
     docstring); the agent's own cgroup evidence is read before any kill is blamed on the host.
     """
     if not run.started:  # the launch marker is written before any agent code runs
-        if run.timed_out and starved(run, limits):
+        # no agent code ran, so no swarm of its processes can fake the in-run signs: the canary
+        # (which a loaded host may not starve after the kill) is not needed to name the cause
+        signs = (run.starved_s, run.runq_wait_s, run.psi_cpu_some_s, run.wall_s)
+        if run.timed_out and accounting.starvation_suspected(*signs):
             return Label.INFRA_FAULT, "host_starvation: starved before the command could start"
         return Label.INFRA_FAULT, "sandbox_start: bwrap never launched the command"
     oom, failcnt = run.cgroup.get("mem_oom_kill", 0), run.cgroup.get("mem_failcnt", 1)

@@ -85,3 +85,33 @@ def test_codefix_tools_offers_a_subset_and_refuses_unknown_or_no_submit():
         CodefixSection(tools=("read", "frobnicate", "submit")).check()
     with pytest.raises(runconfig.ConfigError, match="submit"):
         CodefixSection(tools=("read", "edit")).check()
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_editor_writes_the_shortest_unique_span_and_it_rewrites_the_fix_exactly(seed):
+    """Every reference and known-wrong fix of generated tasks (both splits, two generator seeds):
+    the ``edit`` call, applied with the sandbox tool's own rule (``old`` must occur exactly once,
+    then str-replace), rewrites the file into the fix; ``old`` is a few words, never the whole
+    changed line unless it has to be (a short edit is fewer tokens to copy)."""
+    from agentjax.toolcall.text import parse_tool_call
+
+    made = shorter = total = 0
+    for split in ("train", "heldout"):
+        for task in store.tasks(40, split, seed):
+            for fix in (task.reference, task.wrong):
+                if not fix:
+                    continue
+                total += 1
+                call = agents._edit(task, fix)
+                if call is None:
+                    continue
+                made += 1
+                c = parse_tool_call(call)
+                rel, old = c.args[0], " ".join(c.args[1:])
+                text = agents._read_pristine(task, rel)
+                assert c.name == "edit" and text.count(old) == 1, call
+                assert text.replace(old, c.body) == fix[rel], call
+                line = next(ln for ln in text.splitlines() if old in ln)
+                shorter += len(old) < len(line.strip())
+    assert made >= 0.9 * total  # a patch only where no single-line span is unique
+    assert shorter >= 0.8 * made  # the span, not the line

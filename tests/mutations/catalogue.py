@@ -385,4 +385,15 @@ MUTATIONS = (
             "tests/learner/test_copy_rows.py::test_each_trained_token_continues_a_span_copied_from_the_context",
         ),
     ),
+    Mutation(
+        "editor_edits_whole_line",
+        "#30 the editor's compact edit: the shortest unique span of words, not the whole line",
+        "agentjax/envs/codefix/agents.py",
+        "    lo, hi = max(0, lo - 1), min(len(words) - 1, hi + 1)  # one word of context each side\n",
+        "    lo, hi = 0, len(words) - 1\n",
+        (
+            "tests/envs/test_codefix_edit.py::"
+            "test_editor_writes_the_shortest_unique_span_and_it_rewrites_the_fix_exactly",
+        ),
+    ),
 )
