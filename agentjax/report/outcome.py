@@ -25,9 +25,10 @@ def headline(run: dict) -> list[str]:
     step = final.get("step", evals[-1].get("step") if evals else None)  # final_eval has no step
     s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
     lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
+    what = h.get("eval_set", "held-out")  # a suite may evaluate another set (its eval_set)
     rows = [
         (
-            "final held-out success (greedy)",
+            f"final {what} success (greedy)",
             f"{_pct(s)} [{_pct(final.get('eval/success_lo'))}, "
             f"{_pct(final.get('eval/success_hi'))}] on {int(final.get('eval/n', 0))} tasks, step "
             f"{'n/a' if step is None else step}"
@@ -68,7 +69,7 @@ def headline(run: dict) -> list[str]:
         lines += [
             "",
             "Learning targets this run declares (its config's `targets`; this eval: "
-            f"{int(final.get('eval/n', 0))} held-out tasks): "
+            f"{int(final.get('eval/n', 0))} {what} tasks): "
             + "; ".join(
                 f"{k.replace('_', ' ')} {100 * got[k]:.1f} pts vs >= {100 * v:.0f} "
                 f"({'met' if got[k] >= v else 'NOT met'})"

@@ -284,11 +284,13 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
     files.write_config(cfg)  # launch.eval --workdir evaluates this run
     files.save_source(parts.policy)  # a HF policy's files: what launch.export needs besides the weights
     demo = parts.suite.baseline()
-    log(f"demonstrator held-out success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
+    what = parts.suite.eval_set  # "held-out", or what the suite evaluates instead
+    log(f"demonstrator {what} success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
     params, ws, curve = warm_start(parts, params0, log, c.placement.learner_mesh)
     e0 = evaluate_heldout(c, multihost.local_view(params), 0)
-    log(f"warm start held-out success {e0['eval/success']:.3f}")
+    log(f"warm start {what} success {e0['eval/success']:.3f}")
     header = {
+        "eval_set": what,
         "demonstrator_success": demo,
         **ws,
         "rl_start_success": e0["eval/success"],

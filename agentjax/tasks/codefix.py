@@ -11,6 +11,9 @@ N generated tasks of the training (family, template) pairs and evaluates on ``ta
 generated tasks of the held-out pairs (never trained on, under any seed); ``seed`` (default: the
 run's seed) seeds the generator; the scripted agents play the first ``demo_tasks`` tasks of each
 split (demonstrations, baseline). Every generated task is validated in the sandbox before use.
+``eval_pairs='train'`` evaluates instead on the next ``task.eval_tasks`` draws of the TRAINING
+pairs (not trained on, but their functions are: in-distribution success, not generalisation; the
+run's log says which).
 ``rename=K`` renames K of every K+1 warm-start demonstrations (package and edited identifiers,
 consistently: :func:`agentjax.envs.codefix.augment.rename`) so a small model copies, not memorises.
 
@@ -63,8 +66,18 @@ TOOLS = (
 SYSTEM = "You fix a bug in a small Python repository. Call one tool per reply; submit when the fix is done."
 
 
-def _check_kwargs(run, generated, seed, demo_tasks, rename=0) -> None:
+EVAL_PAIRS = ("heldout", "train")
+
+
+def _check_kwargs(run, generated, seed, demo_tasks, rename=0, eval_pairs="heldout") -> None:
     """task.kwargs of codefix: a bad value fails at start, naming the field and the allowed values."""
+    if eval_pairs not in EVAL_PAIRS:
+        raise ConfigError(f"task.kwargs.eval_pairs={eval_pairs!r} is invalid; allowed values: {EVAL_PAIRS}")
+    if eval_pairs != "heldout" and not generated:
+        raise ConfigError(
+            f"task.kwargs.eval_pairs={eval_pairs!r} needs generated tasks; "
+            "allowed values with generated=0: 'heldout'"
+        )
     checked = (("generated", generated, 0), ("demo_tasks", demo_tasks, 1), ("rename", rename, 0))
     for field, value, low in checked:
         if type(value) is not int or value < low:
@@ -98,10 +111,17 @@ class CodefixSuite:
     system = SYSTEM
 
     def __init__(
-        self, run, generated: int = 0, seed: int | None = None, demo_tasks: int = 16, rename: int = 0
+        self,
+        run,
+        generated: int = 0,
+        seed: int | None = None,
+        demo_tasks: int = 16,
+        rename: int = 0,
+        eval_pairs: str = "heldout",
     ):
-        _check_kwargs(run, generated, seed, demo_tasks, rename)
+        _check_kwargs(run, generated, seed, demo_tasks, rename, eval_pairs)
         self.rename = rename  # of every rename+1 warm-start rows, rename are renamed (augment.rename)
+        self.eval_set = "held-out" if eval_pairs == "heldout" else "training-pair (in-distribution)"
         probe = sandbox.probe()
         if not probe.ok:
             raise ConfigError(
@@ -115,7 +135,10 @@ class CodefixSuite:
 
             gen_seed = run.seed if seed is None else seed
             self.train = store.tasks(generated, "train", gen_seed)
-            self.heldout = store.tasks(k, "heldout", gen_seed)
+            if eval_pairs == "train":  # in-distribution: the next k draws of the training pairs
+                self.heldout = store.tasks(generated + k, "train", gen_seed)[generated:]
+            else:
+                self.heldout = store.tasks(k, "heldout", gen_seed)
         else:
             names = list(run.codefix.tasks) or codefix.list_tasks()
             if not 1 <= k < len(names):

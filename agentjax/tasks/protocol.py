@@ -16,6 +16,7 @@ seed)`` (needed only with ``warm_start.steps > 0``), ``baseline()`` (a scripted 
 success; nan), ``tools`` (() ), ``system`` (""), ``audit_fn`` and ``planted`` (None),
 ``parses_replies`` (False; True: a HF chat codec hands the environment the reply text as it is,
 and takes demonstrations' actions as reply text, instead of parsing/rendering tool calls), and
+``eval_set`` ("held-out": what ``heldout`` is, in the run's log, header and report), and
 ``record_types``: the dataclasses a task object is made of, allowed into the journal and the
 checkpoint's scheduler snapshot (:func:`agentjax.tagjson.allow`; ``()``: none stored there).
 """
@@ -46,6 +47,7 @@ class TaskSuite(Protocol):
     system: str  # system prompt for a chat template ("" for none)
     audit_fn: Callable | None  # (task, env) -> Verdict of the independent audit, or None
     planted: Callable[[Any], bool] | None  # whether a task offers a planted hack
+    eval_set: str  # what ``heldout`` is, named in the run's log, header and report
 
     def train_item(self, i: int) -> GroupTask: ...
 
@@ -66,6 +68,7 @@ OPTIONAL = {
     "planted": None,
     "record_types": (),
     "parses_replies": False,
+    "eval_set": "held-out",
 }
 
 

@@ -183,9 +183,26 @@ def test_config_parses_with_128_heldout_and_bad_kwargs_fail_naming_the_field(tmp
         ({"generated": 2, "demo_tasks": 0}, "task.kwargs.demo_tasks"),
         ({"generated": 2, "seed": "x"}, "task.kwargs.seed"),
         ({"generated": 2, "heldout_pairs": 3}, "task.kwargs"),
+        ({"generated": 2, "eval_pairs": "test"}, "task.kwargs.eval_pairs"),
+        ({"eval_pairs": "train"}, "task.kwargs.eval_pairs"),  # bundled tasks have no pairs
     ):
         with pytest.raises(ConfigError, match=field):
             task_registry.make(_run(tmp_path, **kwargs))
+
+
+@needs_sandbox
+def test_eval_pairs_train_evaluates_fresh_draws_of_the_training_pairs_and_says_so(tmp_path):
+    c = codefix_generated.get_config()
+    c.model.hf_path = str(tmp_path)
+    c.task.eval_tasks, c.task.kwargs = 3, {"generated": 4, "eval_pairs": "train"}
+    suite = task_registry.make(runconfig.parse(c))
+    trained = {t.name for t in suite.train}
+    assert len(suite.heldout) == 3 and not trained & {t.name for t in suite.heldout}
+    assert all("-train" in t.name for t in suite.heldout)  # gen<seed>-train<i>-<family>-<template>
+    assert suite.eval_set != "held-out"  # the log, header and report name what was evaluated
+    c.task.kwargs = {"generated": 4}
+    default = task_registry.make(runconfig.parse(c))
+    assert all("-heldout" in t.name for t in default.heldout) and default.eval_set == "held-out"
 
 
 def test_codefix_learn_config_is_the_real_time_slot_engine_run_on_generated_tasks(tmp_path):
