@@ -28,19 +28,19 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/codefix_memory_bound.json")
     f = p.parse_args()
-    from agentjax.envs.codefix.agents import _read_pristine  # noqa: PLC0415
+    from agentjax.envs.codefix.edits import read_pristine  # noqa: PLC0415
     from agentjax.envs.codefix.generated import store  # noqa: PLC0415
 
     seen = set()
     for t in store.tasks(f.train, "train", f.seed):
         for rel in t.reference:
-            seen.update(line.strip() for line in _read_pristine(t, rel).splitlines())
+            seen.update(line.strip() for line in read_pristine(t, rel).splitlines())
     tasks, recall = collections.Counter(), collections.Counter()
     for t in store.tasks(f.heldout, "heldout", f.seed):
         pair = "/".join(t.name.split("-")[2:])  # gen<seed>-heldout<i>-<family>-<template>
         added = set()
         for rel, new in t.reference.items():
-            old = {line.strip() for line in _read_pristine(t, rel).splitlines()}
+            old = {line.strip() for line in read_pristine(t, rel).splitlines()}
             added |= {line.strip() for line in new.splitlines()} - old
         tasks[pair] += 1
         recall[pair] += bool(added) and added <= seen

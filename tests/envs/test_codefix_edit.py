@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from agentjax.envs.codefix import agents
+from agentjax.envs.codefix import agents, edits
 from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 from agentjax.envs.codefix.generated import store
 from agentjax.envs.protocol import Label, format_tool_call
@@ -48,21 +48,21 @@ def test_edit_replaces_exactly_one_occurrence_inside_the_sandbox():
 def test_editor_fixes_with_one_edit_and_its_wrong_share_fails():
     tasks = store.tasks(12, "train", 0)
     env = CodefixEnv(EnvConfig(max_steps=6))
-    labels, edits = [], 0
+    labels, n_edit = [], 0
     try:
         for task in tasks:
             actions = agents.editor(task)
             assert actions[0].startswith("read ") and actions[-1] == "submit" and len(actions) == 3
-            edits += actions[1].startswith("edit ")
+            n_edit += actions[1].startswith("edit ")
             _, final = agents.play(env, task, agents.editor)
             labels.append(final.verdict.label)
-            ref = agents._edit(task, task.reference)
+            ref = edits.edit_call(task, task.reference)
             if ref is not None:  # the reference as one edit passes
                 _, ok = agents.play(env, task, lambda t, ref=ref: ["read x", ref, "submit"])
                 assert ok.verdict.label is Label.PASS, task.name
     finally:
         env.close()
-    assert edits >= 10  # nearly every generated fix is one line replaced or lines inserted
+    assert n_edit >= 10  # nearly every generated fix is one line replaced or lines inserted
     assert Label.PASS in labels and Label.FAIL in labels  # imperfect: some known-wrong fixes
     assert not {Label.REWARD_HACK} & set(labels)
 
@@ -102,13 +102,13 @@ def test_editor_writes_the_shortest_unique_span_and_it_rewrites_the_fix_exactly(
                 if not fix:
                     continue
                 total += 1
-                call = agents._edit(task, fix)
+                call = edits.edit_call(task, fix)
                 if call is None:
                     continue
                 made += 1
                 c = parse_tool_call(call)
                 rel, old = c.args[0], " ".join(c.args[1:])
-                text = agents._read_pristine(task, rel)
+                text = edits.read_pristine(task, rel)
                 assert c.name == "edit" and text.count(old) == 1, call
                 assert text.replace(old, c.body) == fix[rel], call
                 line = next(ln for ln in text.splitlines() if old in ln)

@@ -220,7 +220,7 @@ def test_codefix_learn_config_is_the_real_time_slot_engine_run_on_generated_task
 
 @needs_sandbox
 def test_the_imperfect_demonstrator_reads_patches_a_diff_and_passes_when_it_chose_the_fix():
-    from agentjax.envs.codefix import agents
+    from agentjax.envs.codefix import agents, edits
     from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
 
     tasks = store.tasks(4, "heldout", 0)
@@ -238,11 +238,13 @@ def test_the_imperfect_demonstrator_reads_patches_a_diff_and_passes_when_it_chos
             obs, final = agents.play(env, task, agents.demonstrator)
             assert "Applied patch" in obs[3]
             diff = actions[2].split("\n", 1)[1]
-            right = diff == agents._diff(task, task.reference)
+            right = diff == edits.unified_diff(task, task.reference)
             assert final.verdict.label == (Label.PASS if right else Label.FAIL), task.name
     finally:
         env.close()
     # the share it gets right, over many tasks' names (no sandbox): about DEMONSTRATOR_SUCCESS
     named = store.tasks(64, "train", 0)
-    share = sum(agents.demonstrator(t)[2] == "patch\n" + agents._diff(t, t.reference) for t in named) / 64
+    share = (
+        sum(agents.demonstrator(t)[2] == "patch\n" + edits.unified_diff(t, t.reference) for t in named) / 64
+    )
     assert 0.45 <= share <= 0.75

@@ -388,7 +388,7 @@ MUTATIONS = (
     Mutation(
         "editor_edits_whole_line",
         "#30 the editor's compact edit: the shortest unique span of words, not the whole line",
-        "agentjax/envs/codefix/agents.py",
+        "agentjax/envs/codefix/edits.py",
         "    lo, hi = max(0, lo - 1), min(len(words) - 1, hi + 1)  # one word of context each side\n",
         "    lo, hi = 0, len(words) - 1\n",
         (
