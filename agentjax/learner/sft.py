@@ -15,13 +15,23 @@ import numpy as np
 import optax
 
 from agentjax.objectives import masked_mean
-from agentjax.policy.codec import Codec
+from agentjax.policy.codec import Codec, fit
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.scoring import token_logprobs
 
 
-def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, length: int):
-    """``tokens``, ``positions`` and ``loss_mask`` arrays ``[N, length]`` (rows cut at ``length``)."""
+def demo_rows(
+    episodes: Sequence[Sequence[tuple[str, str]]],
+    codec: Codec,
+    length: int,
+    widths: tuple[int, int] | None = None,
+):
+    """``tokens``, ``positions`` and ``loss_mask`` arrays ``[N, length]`` (rows cut at ``length``).
+
+    ``widths``: ``(prompt, observation)`` token widths the rollout cuts its inputs to
+    (:func:`agentjax.sampling.episode.input_widths` of the run's caps); each prompt and
+    observation is cut by the rollout's own rule (:func:`~agentjax.policy.codec.fit`), so the
+    warm start trains on the inputs the policy will sample from. None: nothing cut."""
     n = len(episodes)
     tok = np.zeros((n, length), np.int32)
     pos = np.full((n, length), length, np.int32)
@@ -30,6 +40,8 @@ def demo_rows(episodes: Sequence[Sequence[tuple[str, str]]], codec: Codec, lengt
         ids, m, a = [], [], []
         for t, (obs, act) in enumerate(pairs):
             o = codec.prompt(obs) if t == 0 else codec.observation(obs, after=a)  # answers action a
+            if widths is not None:
+                o = fit(o, widths[0 if t == 0 else 1], codec.keep_tail)[0]
             a = codec.action_ids(act)
             ids += o + a
             m += [0] * len(o) + [1] * len(a)

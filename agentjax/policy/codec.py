@@ -13,6 +13,16 @@ from typing import Any
 from agentjax.policy.tokenizer import TURN_AGENT, TURN_ENV
 
 
+def fit(toks: list[int], width: int, tail: int) -> tuple[list[int], int]:
+    """The explicit rule for an over-long input: keep its head and its final ``tail`` tokens (the
+    turn marker / the template's generation prompt) in ``width`` tokens; ``(kept, tokens cut)``.
+    The rollout and the warm start's rows (:func:`agentjax.learner.sft.demo_rows`) both cut with
+    it, so a model is trained on the inputs it will sample from."""
+    if len(toks) <= width:
+        return toks, 0
+    return toks[: width - tail] + toks[-tail:], len(toks) - width
+
+
 @dataclasses.dataclass(frozen=True)
 class Codec:
     """Text <-> token ids for turns: ``<bos> obs <turn_agent> action <eos> <turn_env> obs ...``."""

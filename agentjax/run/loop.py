@@ -39,6 +39,7 @@ from agentjax.run import learner as lrn
 from agentjax.run import loopparts
 from agentjax.run.build import Composed, Parts, build, compose, evaluate_heldout, spreads, task_dataset
 from agentjax.run.summary import generated_tokens_per_s, progress_line, run_header_line, summarise_run
+from agentjax.sampling.episode import input_widths
 from agentjax.sampling.queue import Clock
 from agentjax.sampling.replay import read_schedule
 from agentjax.sampling.scheduler import Scheduler
@@ -98,6 +99,13 @@ class LearnerJob:
         return rows
 
 
+def warm_start_rows(episodes, codec, caps, max_seq_len: int) -> dict:
+    """The warm start's rows of ``episodes``, each prompt and observation cut as the rollout cuts
+    them under ``caps`` (:func:`~agentjax.sampling.episode.input_widths`): the policy is trained on
+    the inputs it will sample from."""
+    return demo_rows(episodes, codec, max_seq_len, input_widths(caps, max_seq_len))
+
+
 def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list]:
     """The supervised warm start on the suite's demonstrations: ``(params, header fields, curve)``,
     ``curve`` the ``[step, loss]`` points of :func:`warm_start_curve` (TensorBoard's
@@ -106,7 +114,7 @@ def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list]:
     if ws.steps == 0:
         return params, {}, []
     eps = parts.suite.demonstrations(ws.episodes, seed=parts.run.seed * 7919)
-    rows = demo_rows([e.pairs for e in eps], parts.codec, parts.model.max_seq_len)
+    rows = warm_start_rows([e.pairs for e in eps], parts.codec, parts.run.caps, parts.model.max_seq_len)
     demo_success = float(np.mean([e.success for e in eps]))
     log_every = max(ws.steps // 5, 1)
     params, losses = sft_train(

@@ -19,11 +19,20 @@ import numpy as np
 
 from agentjax.envs.protocol import REWARD_TREATMENT, Env, Label, ToolCallError, attribute_step_error
 from agentjax.envs.sandbox import SandboxUnavailable
-from agentjax.policy.codec import Codec
+from agentjax.policy.codec import Codec, fit
 from agentjax.sampling.queue import Caps
 from agentjax.trajectory import StopReason, Trajectory, Turn
 
 RoutesOf = Callable[[int], "np.ndarray | None"]  # MoE experts of an episode's first n positions
+
+
+def input_widths(caps: Caps, max_seq_len: int) -> tuple[int, int]:
+    """``(prompt, observation)`` widths after :func:`~agentjax.policy.codec.fit`: an observation keeps
+    ``caps.max_obs_tokens`` (+2: the codec's turn markers); the prompt (the task, the system
+    prompt, the tool schemas) is not an observation and keeps all the context but one action's
+    room (``caps.max_action_tokens``), as the build's start check assumes."""
+    obs = caps.max_obs_tokens + 2
+    return max(obs, max_seq_len - caps.max_action_tokens), obs
 
 
 @dataclasses.dataclass
@@ -168,8 +177,13 @@ class Turns:
 
     @property
     def width(self) -> int:
-        """Tokens an observation (or prompt) may take after :meth:`cut`."""
-        return self.caps.max_obs_tokens + 2
+        """Tokens an observation may take after :meth:`cut` (:func:`input_widths`)."""
+        return input_widths(self.caps, self.max_seq_len)[1]
+
+    @property
+    def prompt_width(self) -> int:
+        """Tokens the prompt may take after :meth:`cut` (:func:`input_widths`)."""
+        return input_widths(self.caps, self.max_seq_len)[0]
 
     def tokens_left(self, ep: Episode) -> int:
         """Action tokens the episode may still generate under ``caps.max_tokens``."""
@@ -197,17 +211,15 @@ class Turns:
             return []
         finally:
             ep.timings["env_wall"] += time.perf_counter() - t0
-        toks = self.cut(ep, self.codec.prompt(obs))
+        toks = self.cut(ep, self.codec.prompt(obs), self.prompt_width)
         ep.segments.append(("prompt", toks))
         return toks
 
-    def cut(self, ep: Episode, toks: list[int]) -> list[int]:
-        """Explicit, recorded rule for over-long inputs: keep the head and the codec's turn suffix
-        (the final ``keep_tail`` tokens: the turn marker / the template's generation prompt)."""
-        if len(toks) > self.width:
-            tail = self.codec.keep_tail
-            ep.obs_cut += len(toks) - self.width
-            toks = toks[: self.width - tail] + toks[-tail:]
+    def cut(self, ep: Episode, toks: list[int], width: int | None = None) -> list[int]:
+        """:func:`~agentjax.policy.codec.fit` to ``width`` (default: an observation's); the cut
+        tokens recorded."""
+        toks, n = fit(toks, self.width if width is None else width, self.codec.keep_tail)
+        ep.obs_cut += n
         return toks
 
     def turn(self, ep: Episode, obs: list[int], routes_of: RoutesOf) -> Turn:

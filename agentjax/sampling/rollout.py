@@ -29,6 +29,7 @@ import numpy as np
 
 from agentjax.policy.codec import Codec
 from agentjax.sampling.context import ContextPolicy, keep_all
+from agentjax.sampling.engine import prefill_width
 from agentjax.sampling.episode import Episode, EpisodeSpec, Turns, env_call, row_keys
 from agentjax.sampling.partial import resume as resume_state
 from agentjax.sampling.queue import Caps
@@ -176,7 +177,10 @@ class Rollout:
         return max(min(self.caps.max_action_tokens - len(r.gen["tok"]), room, self.turns.tokens_left(r)), 0)
 
     def _extend(self, params, version, toks: list[list[int]]):
-        arr = np.zeros((self.capacity, self.width), np.int32)
+        # a prompt may be wider than an observation (Turns.prompt_width): its own padded width
+        n = max((len(t) for t in toks), default=0)
+        w = self.width if n <= self.width else prefill_width(n, self.sampler.config.max_seq_len)
+        arr = np.zeros((self.capacity, w), np.int32)
         lens = np.zeros(self.capacity, np.int32)
         for i, t in enumerate(toks):
             arr[i, : len(t)], lens[i] = t, len(t)

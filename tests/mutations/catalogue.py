@@ -396,4 +396,34 @@ MUTATIONS = (
             "test_editor_writes_the_shortest_unique_span_and_it_rewrites_the_fix_exactly",
         ),
     ),
+    Mutation(
+        "prompt_cut_as_an_observation",
+        "the prompt keeps the context but one action (caps.max_obs_tokens cuts observations only)",
+        "agentjax/sampling/episode.py",
+        "        toks = self.cut(ep, self.codec.prompt(obs), self.prompt_width)\n",
+        "        toks = self.cut(ep, self.codec.prompt(obs))\n",
+        (
+            "tests/sampling/test_prompt_width.py::test_a_prompt_longer_than_an_observation_reaches_the_model_whole_on_both_drivers",
+        ),
+    ),
+    Mutation(
+        "warm_start_rows_uncut",
+        "the warm start's rows cut prompt and observations by the rollout's rule (caps)",
+        "agentjax/learner/sft.py",
+        "            if widths is not None:\n",
+        "            if False:\n",
+        (
+            "tests/sampling/test_prompt_width.py::test_warm_start_rows_cut_prompt_and_observations_like_the_rollout",
+        ),
+    ),
+    Mutation(
+        "loop_warm_start_rows_uncut",
+        "launch.train's warm start cuts its rows as the rollout cuts its inputs (caps)",
+        "agentjax/run/loop.py",
+        "    return demo_rows(episodes, codec, max_seq_len, input_widths(caps, max_seq_len))\n",
+        "    return demo_rows(episodes, codec, max_seq_len)\n",
+        (
+            "tests/sampling/test_prompt_width.py::test_the_training_loops_warm_start_rows_match_the_rollouts_inputs",
+        ),
+    ),
 )

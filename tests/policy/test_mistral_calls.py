@@ -83,7 +83,7 @@ def test_the_rollout_gives_the_tool_message_the_id_of_the_reply_it_answers(tmp_p
 
     tok, _, codec = _codec(tmp_path, "mistral", raw_replies=True)  # any reply reaches the env
     config = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1,
-                         head_dim=16, d_ff=64, max_seq_len=1024)  # fmt: skip
+                         head_dim=16, d_ff=64, max_seq_len=2048)  # fmt: skip
     params = init_params(config, jax.random.key(0))
     caps = Caps(max_tool_calls=2, max_action_tokens=8, max_obs_tokens=400)
     ro = Rollout(Sampler(config, stop_tokens=(codec.stop,)), codec, caps, [EpisodeSpec(Echo(), 0, 0, "t0")])
