@@ -10,12 +10,13 @@ Three things can be evaluated, each printed as a table and written as JSON:
 
 - **a checkpoint** written by ``launch.train`` in ``--workdir`` (``--step``, default the latest),
   with the config the run stored (``<workdir>/run_config.json``; a ``--config`` given on the
-  command line replaces it, as for runs older than that file). The model plays its task's
-  held-out split (any task: a user's ``package.module:factory`` too) greedily, exactly as the
-  training loop's own evaluation (``agentjax.diagnostics.evaluate.evaluate``, same seed and
-  judges): at the run's last step the numbers equal the last ``eval/*`` row of its
-  ``metrics.jsonl``; then sampled at ``rl.temperature`` (``--nosampled``: greedy only). JSON
-  default: ``<workdir>/eval_<step>.json``.
+  command line replaces it, as for runs older than that file, or to play another split: with
+  ``--workdir`` named, a codefix config evaluates the checkpoint, not the scripted agents). The
+  model plays its task's held-out split (any task: a user's ``package.module:factory`` too)
+  greedily, exactly as the training loop's own evaluation
+  (``agentjax.diagnostics.evaluate.evaluate``, same seed and judges): at the run's last step the
+  numbers equal the last ``eval/*`` row of its ``metrics.jsonl``; then sampled at
+  ``rl.temperature`` (``--nosampled``: greedy only). JSON default: ``<workdir>/eval_<step>.json``.
 - **a HF directory** (``--checkpoint=DIR``: ``launch.export``'s output, or any HF checkpoint) on
   the same task and split: the run's ``model`` section becomes ``model.hf_path=DIR``.
 - **a scripted minirepo agent** (``--agent=demonstrator|localizing|oracle|random|test_editor``), no
@@ -74,6 +75,7 @@ def main(argv):
             checkpoint=_CHECKPOINT.value,
             sampled=_SAMPLED.value,
             stored=stored is not None,
+            workdir_given=flags.FLAGS["workdir"].present,
         )
     except ConfigError as e:
         print(f"invalid config or flag: {e}", file=sys.stderr)

@@ -119,3 +119,20 @@ def test_export_loads_in_transformers_and_reimports_bitwise(trained, tiny_hf_dir
 
     with pytest.raises(HFImportError, match="was not trained from a HF directory"):
         export_cli.export(str(tmp_path), str(tmp_path / "x"))
+
+
+def test_launch_eval_plays_the_codefix_checkpoint_from_its_workdir(trained):
+    """launch.eval on a codefix run: its stored config, and a --config with --workdir named (e.g.
+    another split), both evaluate the CHECKPOINT (before: the stored config's report broke the
+    table, and a codefix --config silently evaluated the scripted agents instead)."""
+    from agentjax.evaluation import run_eval, stored_config, table
+
+    wd, summary, c = trained
+    mine = run_eval(stored_config(wd), workdir=wd, sampled=False, stored=True)
+    given = run_eval(c.to_dict(), workdir=wd, sampled=False, workdir_given=True)
+    for r in (mine, given):
+        assert r["kind"] == "checkpoint" and r["step"] == 2 and "agents" not in r
+        assert "step 2 greedy" in table(r)
+    assert mine["success"]["rate"] == summary["final_eval"]["eval/success"]
+    scripted = run_eval(c.to_dict(), workdir=wd, agent="oracle", num_tasks=1)
+    assert "agents" in scripted and "oracle" in table(scripted)

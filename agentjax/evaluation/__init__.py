@@ -25,12 +25,15 @@ def run_eval(
     checkpoint: str = "",
     sampled: bool = True,
     stored: bool = False,
+    workdir_given: bool = False,
 ) -> dict:
     """What ``main`` evaluates for these flags (see the module doc); ``stored``: ``cfg`` is the
-    workdir's own config (a trained run's checkpoint, whatever its task)."""
+    workdir's own config (a trained run's checkpoint, whatever its task); ``workdir_given``: the
+    user named ``--workdir``, so a codefix config evaluates its checkpoint under ``cfg`` (e.g.
+    another split) rather than the scripted agents."""
     if checkpoint:
         return evaluate_export(cfg, checkpoint, num_tasks=num_tasks, sampled=sampled)
-    if stored and not agent:
+    if (stored or workdir_given) and not agent:
         return evaluate_checkpoint(cfg, workdir, step=checkpoint_step, num_tasks=num_tasks, sampled=sampled)
     if (cfg.get("task") or {}).get("name") == "codefix":
         if checkpoint_step is not None:

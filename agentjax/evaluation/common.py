@@ -120,7 +120,7 @@ def table(report: dict) -> str:
         "| what | n | success [95% CI] | H [95% CI] | hack rate [95% CI] | labels |",
         "|---|---|---|---|---|---|",
     )
-    if report["task"] == "codefix":
+    if "agents" in report:  # scripted codefix agents (a codefix checkpoint is one row, as any task's)
         rows = [
             (f"{a} (expects {r['expected_label']}: {_pct(r['as_expected']).strip()} as expected)", r)
             for a, r in report["agents"].items()
