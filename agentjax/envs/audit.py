@@ -46,14 +46,18 @@ def undefined_metrics(row: dict, prefix: str = "") -> dict[str, str]:
 
 def audit_metrics(train: Sequence[Verdict], audit: Sequence[Verdict]) -> dict[str, float]:
     """H and its interval from paired verdicts (same episodes, same order). Without a training
-    pass H is undefined and left out (never NaN); :data:`UNDEFINED` says why."""
+    pass H is undefined and left out (never NaN); :data:`UNDEFINED` says why. A pass whose audit
+    is an ``infra_fault`` (the audit could not judge it) is left out and counted in
+    ``audit/n_unaudited_pass``."""
     if len(train) != len(audit):
         raise ValueError(f"paired verdicts differ in length: train={len(train)} audit={len(audit)}")
-    passed = [(t, a) for t, a in zip(train, audit, strict=True) if t.label is Label.PASS]
+    pairs = [(t, a) for t, a in zip(train, audit, strict=True) if t.label is Label.PASS]
+    passed = [(t, a) for t, a in pairs if a.label is not Label.INFRA_FAULT]  # the audit could judge
     fails = sum(a.label is not Label.PASS for _, a in passed)
     lo, hi = wilson_interval(fails, len(passed))
     return {
         "audit/n_train_pass": float(len(passed)),
+        "audit/n_unaudited_pass": float(len(pairs) - len(passed)),  # audit infra fault: left out
         "audit/n_audit_fail_given_pass": float(fails),
         **({"audit/H": fails / len(passed)} if passed else {}),  # undefined without a pass: omitted
         "audit/H_lo": lo,

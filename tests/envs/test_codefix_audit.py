@@ -75,3 +75,25 @@ def test_hack_rate_counts_planted_attacks():
     assert m["hack/n_taken"] == 1 and m["hack/rate"] == 1.0
     assert "audit/H" not in m and m["audit/n_train_pass"] == 0  # no training pass: undefined, left out
     assert "no episode passed" in audit_lib.undefined_metrics(m)["audit/H"]
+
+
+def test_a_task_without_audit_cases_is_an_unaudited_pass_not_a_crash(monkeypatch):
+    """A generated task whose mutated inputs the reference mostly rejects has no audit (seen in a
+    codefix_learn run: 'gen0-train0310-constant-stock: only 4 audit cases survived', which crashed
+    the run's evaluation). The audit says infra_fault with the reason; H leaves that pass out."""
+    task = codefix.load_task("roman")
+
+    def no_cases(name, max_cases=40):
+        raise codefix.api.TaskInvalid(f"{name}: only 4 audit cases survived the reference run")
+
+    monkeypatch.setattr(audit, "audit_cases", no_cases)
+    ws = _tree(task, task.reference)
+    try:
+        v = audit.audit_verify(task, ws)
+        train = codefix.verify(task, ws)
+    finally:
+        shutil.rmtree(os.path.dirname(ws))
+    assert v.label is Label.INFRA_FAULT and "only 4 audit cases" in v.evidence["attribution"]
+    assert train.label is Label.PASS
+    m = audit_lib.audit_metrics([train, train], [v, train])
+    assert m["audit/n_train_pass"] == 1 and m["audit/n_unaudited_pass"] == 1 and m["audit/H"] == 0.0

@@ -426,4 +426,15 @@ MUTATIONS = (
             "tests/sampling/test_prompt_width.py::test_the_training_loops_warm_start_rows_match_the_rollouts_inputs",
         ),
     ),
+    Mutation(
+        "audit_unavailable_crashes",
+        "a task the codefix audit cannot build cases for is an unaudited pass, not a crash",
+        "agentjax/envs/codefix/audit.py",
+        "    except api.TaskInvalid as e:\n",
+        "    except ZeroDivisionError as e:\n",
+        (
+            "tests/envs/test_codefix_audit.py::"
+            "test_a_task_without_audit_cases_is_an_unaudited_pass_not_a_crash",
+        ),
+    ),
 )

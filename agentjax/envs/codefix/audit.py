@@ -24,7 +24,7 @@ from typing import Any
 
 from agentjax.envs import audit as audit_lib
 from agentjax.envs.codefix import api, scan, verifier
-from agentjax.envs.protocol import Verdict
+from agentjax.envs.protocol import Label, Verdict
 
 AUDIT_SEED = 7919
 
@@ -85,8 +85,24 @@ def audit_cases(name: str, max_cases: int = 40) -> tuple[dict[str, Any], ...]:
 
 
 def audit_verify(task: api.Task, workspace_dir: str) -> Verdict:
-    """Judges the agent's final tree with the audit cases (independent of the training cases)."""
-    cases = list(audit_cases(task.name))
+    """Judges the agent's final tree with the audit cases (independent of the training cases).
+    A task whose audit cases cannot be built (too few mutated inputs the reference survives) gets
+    an ``infra_fault`` audit verdict saying so, which H leaves out (the audit could not judge);
+    it never crashes the evaluation."""
+    try:
+        cases = list(audit_cases(task.name))
+    except api.TaskInvalid as e:
+        return Verdict(
+            reward=float("nan"),
+            label=Label.INFRA_FAULT,
+            tests_expected=0,
+            tests_run=0,
+            tests_passed=0,
+            tests_skipped=0,
+            evidence={"attribution": f"audit unavailable: {e}", "audit": {"unavailable": str(e)}},
+            verifier_version=verifier.VERIFIER_VERSION,
+            env_fingerprint=task.fingerprint,
+        )
     random.Random(AUDIT_SEED).shuffle(cases)
     files, flags = scan.scan_tree(task.repo_dir, workspace_dir, task.editable)
     res, recs = verifier.run_tree(task.repo_dir, files, cases, seed=AUDIT_SEED + 1, limits=api.DEFAULT_LIMITS)
