@@ -217,6 +217,22 @@ def with_flaky_case(name: str) -> Task:
     return _build(name, cases=(*base.cases, flaky), tag="flaky")
 
 
+def infra_verdict(task: Task, evidence: dict[str, Any]) -> Verdict:
+    """An ``infra_fault`` verdict on ``task`` (reward NaN: masked and retried, never trained on)
+    whose ``evidence`` says what failed on the host side."""
+    return Verdict(
+        reward=float("nan"),
+        label=Label.INFRA_FAULT,
+        tests_expected=0,
+        tests_run=0,
+        tests_passed=0,
+        tests_skipped=0,
+        evidence=evidence,
+        verifier_version=verifier.VERIFIER_VERSION,
+        env_fingerprint=task.fingerprint,
+    )
+
+
 def verify(
     task: Task,
     workspace_dir: str,
@@ -270,22 +286,13 @@ def verify(
     except Exception as e:  # the verifier's own failure is never the agent's: the scans and the
         # results parser are total (agent input yields flags or garbage records, never raises), so
         # what reaches here is positive evidence of a host-side failure
-        return Verdict(
-            reward=float("nan"),
-            label=Label.INFRA_FAULT,
-            tests_expected=0,
-            tests_run=0,
-            tests_passed=0,
-            tests_skipped=0,
-            evidence={
-                "attribution": f"verifier_crash: {type(e).__name__}: {e}",
-                "traceback": traceback.format_exc()[-3000:],
-                "hack_detected": False,
-                **({"injected": inject} if inject else {}),
-            },
-            verifier_version=verifier.VERIFIER_VERSION,
-            env_fingerprint=task.fingerprint,
-        )
+        evidence = {
+            "attribution": f"verifier_crash: {type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()[-3000:],
+            "hack_detected": False,
+            **({"injected": inject} if inject else {}),
+        }
+        return infra_verdict(task, evidence)
     if inject:
         v.evidence["injected"] = inject
     return v

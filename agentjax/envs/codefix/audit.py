@@ -24,7 +24,7 @@ from typing import Any
 
 from agentjax.envs import audit as audit_lib
 from agentjax.envs.codefix import api, scan, verifier
-from agentjax.envs.protocol import Label, Verdict
+from agentjax.envs.protocol import Verdict
 
 AUDIT_SEED = 7919
 
@@ -92,16 +92,8 @@ def audit_verify(task: api.Task, workspace_dir: str) -> Verdict:
     try:
         cases = list(audit_cases(task.name))
     except api.TaskInvalid as e:
-        return Verdict(
-            reward=float("nan"),
-            label=Label.INFRA_FAULT,
-            tests_expected=0,
-            tests_run=0,
-            tests_passed=0,
-            tests_skipped=0,
-            evidence={"attribution": f"audit unavailable: {e}", "audit": {"unavailable": str(e)}},
-            verifier_version=verifier.VERIFIER_VERSION,
-            env_fingerprint=task.fingerprint,
+        return api.infra_verdict(
+            task, {"attribution": f"audit unavailable: {e}", "audit": {"unavailable": str(e)}}
         )
     random.Random(AUDIT_SEED).shuffle(cases)
     files, flags = scan.scan_tree(task.repo_dir, workspace_dir, task.editable)
