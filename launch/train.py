@@ -121,7 +121,8 @@ def main(argv):
         print(f"report: {path}")
     final = summary.get("final_eval") or {}
     print(
-        f"held-out success {final.get('eval/success', float('nan')):.3f} "
+        f"{summary['header'].get('eval_set') or 'held-out'} success "
+        f"{final.get('eval/success', float('nan')):.3f} "
         f"(warm start {summary['header'].get('rl_start_success', float('nan')):.3f}, "
         f"demonstrator {summary['header'].get('demonstrator_success', float('nan')):.3f})"
     )

@@ -18,6 +18,11 @@ from agentjax.report.common import (
 )
 
 
+def _eval_set(run: dict) -> str:
+    """What the run's evaluation plays: "held-out", or the suite's ``eval_set`` (its header)."""
+    return run["header"].get("eval_set") or "held-out"
+
+
 def headline(run: dict) -> list[str]:
     """Final held-out success with its interval, the bars it is measured against, H, hack rate."""
     h, evals = run["header"], run["evals"]
@@ -25,7 +30,7 @@ def headline(run: dict) -> list[str]:
     step = final.get("step", evals[-1].get("step") if evals else None)  # final_eval has no step
     s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
     lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
-    what = h.get("eval_set", "held-out")  # a suite may evaluate another set (its eval_set)
+    what = _eval_set(run)
     rows = [
         (
             f"final {what} success (greedy)",
@@ -80,7 +85,8 @@ def headline(run: dict) -> list[str]:
 
 
 def curves(run: dict, out: str) -> list[str]:
-    """Batch reward per step and held-out success (Wilson 95% band) against the two bars."""
+    """Batch reward per step and evaluated success (Wilson 95% band) against the two bars."""
+    what = _eval_set(run)
     fig = _figure(10)
     a, b = fig.subplots(1, 2)
     a.plot(*_series(run["train"], "batch/reward_mean"), ".-", label="batch reward mean")
@@ -89,13 +95,13 @@ def curves(run: dict, out: str) -> list[str]:
     if e:
         st = [r["step"] for r in e]
         b.fill_between(st, [r["eval/success_lo"] for r in e], [r["eval/success_hi"] for r in e], alpha=0.25)
-    b.plot(*_series(run["evals"], "eval/success"), "o-", label="held-out success")
+    b.plot(*_series(run["evals"], "eval/success"), "o-", label=f"{what} success")
     for key, style in (("demonstrator_success", "r--"), ("rl_start_success", "k:")):
         if run["header"].get(key) is not None:
             b.axhline(run["header"][key], ls=style[1:], color=style[0], label=key.replace("_", " "))
-    _steps(b, ylim=(0, 1), title="held-out success (greedy)")
+    _steps(b, ylim=(0, 1), title=f"{what} success (greedy)")
     b.legend(fontsize=7)
-    lines = ["## Reward and held-out success", "", _save(fig, out, "curves.png"), ""]
+    lines = [f"## Reward and {what} success", "", _save(fig, out, "curves.png"), ""]
     if not run["train"]:
         lines.append("_No training steps yet._")
     if run["evals"]:
@@ -107,7 +113,7 @@ def curves(run: dict, out: str) -> list[str]:
             for r in run["evals"]
         ]
     else:
-        lines.append("_No held-out evaluation rows yet._")
+        lines.append(f"_No {what} evaluation rows yet._")
     return lines
 
 
@@ -120,7 +126,7 @@ def _group_fracs(counts: dict) -> dict[str, float]:
 
 
 def labels(run: dict, out: str) -> list[str]:
-    """Verdict label groups per training batch (stacked) and per held-out evaluation."""
+    """Verdict label groups per training batch (stacked) and per evaluation."""
     fig = _figure(10)
     a, b = fig.subplots(1, 2)
     tr = [(r["step"], _group_fracs(r.get("labels") or {})) for r in run["train"]]
@@ -137,7 +143,7 @@ def labels(run: dict, out: str) -> list[str]:
         if any(f[g] for _, f in ev):
             b.plot([s for s, _ in ev], [f[g] for _, f in ev], "o-", color=COLORS[g], label=g)
     _steps(a, ylabel="share of batch", ylim=(0, 1.2), title="training verdicts")
-    _steps(b, ylim=(0, 1.2), title="held-out verdicts")
+    _steps(b, ylim=(0, 1.2), title=f"{_eval_set(run)} verdicts")
     for ax in (a, b):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=3, loc="upper center")
@@ -154,7 +160,7 @@ def labels(run: dict, out: str) -> list[str]:
 
 
 def episodes(run: dict) -> list[str]:
-    """A few episodes of the final held-out evaluation as text, with their verdicts and rewards."""
+    """A few episodes of the final evaluation as text, with their verdicts and rewards."""
     final = run["summary"].get("final_eval") or (run["evals"][-1] if run["evals"] else {})
     shown, step = final.get(sample_episodes.KEY), run["evals"][-1].get("step") if run["evals"] else None
     if not shown:  # an older run's summary: the last eval row that has them
@@ -162,9 +168,9 @@ def episodes(run: dict) -> list[str]:
         shown, step = row.get(sample_episodes.KEY), row.get("step")
     lines = ["## Sample episodes", ""]
     if not shown:
-        return lines + ["_No sample episodes: no held-out evaluation recorded them yet._"]
+        return lines + [f"_No sample episodes: no {_eval_set(run)} evaluation recorded them yet._"]
     return lines + [
-        f"{len(shown)} episodes of the final held-out evaluation (step "
+        f"{len(shown)} episodes of the final {_eval_set(run)} evaluation (step "
         f"{'n/a' if step is None else step}; greedy): the first of each verdict, then in task order, "
         "decoded as the model read and wrote them (special tokens left out; a long one cut in the "
         "middle). TensorBoard's Text tab has every evaluation's (`eval/sample_episodes`).",

@@ -142,10 +142,10 @@ SAMPLES = [
 ]
 
 
-def _full(tmp_path, summary=None, config=None):
+def _full(tmp_path, summary=None, config=None, header=None):
     """A finished run's workdir; its config the default run's unless given."""
     rows = [
-        {"step": 0, "header": HEADER, **_eval(0, 0.40625)},
+        {"step": 0, "header": HEADER if header is None else header, **_eval(0, 0.40625)},
         _train(1),
         _train(2),
         _eval(2, 0.625),
@@ -326,3 +326,16 @@ def test_the_report_shows_the_final_evals_sample_episodes(tmp_path):
     assert "```\n[prompt] fix f\n[action 1] submit\n```" in section
     assert "### episode 2: task `t5`, verdict **fail**, reward 0, stop `task_cap`" in section
     assert section.index("episode 2") < section.index("## Staleness")
+
+
+def test_every_section_names_the_set_the_run_evaluates(tmp_path):
+    """A suite that evaluates another set than held-out (its ``eval_set``, e.g. codefix's
+    ``eval_pairs='train'``) is named so in the headline, the curves, the labels and the episodes;
+    nothing calls it held-out."""
+    what = "training-pair (in-distribution)"
+    header = {**HEADER, "eval_set": what}
+    md = open(report.write_report(_full(tmp_path, {**SUMMARY, "header": header}, header=header))).read()
+    assert f"final {what} success (greedy)" in md
+    assert f"## Reward and {what} success" in md
+    assert f"2 episodes of the final {what} evaluation (step 4" in md
+    assert "held-out" not in md[md.index("## Headline") : md.index("## Staleness")]
