@@ -24,7 +24,7 @@ import subprocess
 import time
 
 from agentjax.envs import codefix, faults, sandbox
-from agentjax.envs.codefix.env import make_workspace
+from agentjax.envs.codefix.workspace import make_workspace
 
 PY = "/usr/bin/python3"
 

@@ -10,7 +10,8 @@ import pytest
 
 from agentjax.envs import codefix, sandbox
 from agentjax.envs.codefix import _runner, scan, verifier
-from agentjax.envs.codefix.env import CodefixEnv, EnvConfig, make_workspace
+from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
+from agentjax.envs.codefix.workspace import make_workspace
 from agentjax.envs.protocol import Label, format_tool_call
 from agentjax.trajectory import StopReason
 

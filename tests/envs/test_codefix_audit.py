@@ -8,7 +8,7 @@ import pytest
 from agentjax.envs import audit as audit_lib
 from agentjax.envs import codefix
 from agentjax.envs.codefix import audit
-from agentjax.envs.codefix.env import make_workspace
+from agentjax.envs.codefix.workspace import make_workspace
 from agentjax.envs.protocol import Label
 
 pytestmark = pytest.mark.skipif(

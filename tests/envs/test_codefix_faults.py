@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from agentjax.envs import codefix, faults
-from agentjax.envs.codefix.env import make_workspace
+from agentjax.envs.codefix.workspace import make_workspace
 from agentjax.envs.protocol import Label
 from agentjax.envs.sandbox import Limits
 

@@ -12,7 +12,8 @@ import pytest
 
 from agentjax.envs import accounting, codefix, faults, sandbox
 from agentjax.envs.codefix import scan, verifier
-from agentjax.envs.codefix.env import CodefixEnv, EnvConfig, Quota, make_workspace, remove_workspace
+from agentjax.envs.codefix.env import CodefixEnv, EnvConfig
+from agentjax.envs.codefix.workspace import Quota, make_workspace, remove_workspace
 from agentjax.envs.protocol import Label, format_tool_call
 from tests.envs.sandbox_results import sandbox_result
 
