@@ -17,10 +17,9 @@ Tools (protocol text format: first line ``<tool> [args]``, the rest is the body)
 
 Every tool, reads and writes included, runs inside the sandbox as uid 65534 with only the
 workspace writable: the host never follows a path the agent controls (a symlink to ``/etc/passwd``
-written by the agent is resolved inside the sandbox, where it is harmless). The workspace is a copy
-of the pristine repository committed as ONE git commit with no reflog, tags or remotes.
-
-The workspace, its disk quota and its cleanup: :mod:`agentjax.envs.codefix.workspace`.
+written by the agent is resolved inside the sandbox, where it is harmless). The workspace (a
+one-commit copy of the pristine repository), its disk quota and its cleanup:
+:mod:`agentjax.envs.codefix.workspace`.
 """
 
 from __future__ import annotations
