@@ -24,7 +24,8 @@ def _eval_set(run: dict) -> str:
 
 
 def headline(run: dict) -> list[str]:
-    """Final held-out success with its interval, the bars it is measured against, H, hack rate."""
+    """Final success on the evaluated set with its interval, the bars it is measured against, H,
+    hack rate."""
     h, evals = run["header"], run["evals"]
     final = run["summary"].get("final_eval") or (evals[-1] if evals else {})
     step = final.get("step", evals[-1].get("step") if evals else None)  # final_eval has no step
