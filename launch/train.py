@@ -119,9 +119,11 @@ def main(argv):
         declared = (cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)).get("targets", {})
         path = report.write_report(_WORKDIR.value, targets=declared)  # this config's (--resume too)
         print(f"report: {path}")
+    from agentjax.report.common import eval_set  # noqa: PLC0415
+
     final = summary.get("final_eval") or {}
     print(
-        f"{summary['header'].get('eval_set') or 'held-out'} success "
+        f"{eval_set(summary['header'])} success "
         f"{final.get('eval/success', float('nan')):.3f} "
         f"(warm start {summary['header'].get('rl_start_success', float('nan')):.3f}, "
         f"demonstrator {summary['header'].get('demonstrator_success', float('nan')):.3f})"

@@ -27,6 +27,12 @@ COLORS = {
 RUN_CONFIG = "run_config.json"  # the config a run started with (agentjax.workdir.write_run_config)
 
 
+def eval_set(header: dict) -> str:
+    """What a run's evaluation plays, from its header: "held-out", or the suite's ``eval_set``
+    (an older run's header has none)."""
+    return header.get("eval_set") or "held-out"
+
+
 def label_group(label: str) -> str:
     """Verdict label -> pass / fail / hack / agent (timeout, OOM, CPU, error) / infra / other."""
     label = str(label).lower()

@@ -14,13 +14,9 @@ from agentjax.report.common import (
     _save,
     _series,
     _steps,
+    eval_set,
     label_group,
 )
-
-
-def _eval_set(run: dict) -> str:
-    """What the run's evaluation plays: "held-out", or the suite's ``eval_set`` (its header)."""
-    return run["header"].get("eval_set") or "held-out"
 
 
 def headline(run: dict) -> list[str]:
@@ -31,7 +27,7 @@ def headline(run: dict) -> list[str]:
     step = final.get("step", evals[-1].get("step") if evals else None)  # final_eval has no step
     s, demo, start = final.get("eval/success"), h.get("demonstrator_success"), h.get("rl_start_success")
     lines = ["## Headline", "", "| quantity | value |", "|---|---|"]
-    what = _eval_set(run)
+    what = eval_set(run["header"])
     rows = [
         (
             f"final {what} success (greedy)",
@@ -87,7 +83,7 @@ def headline(run: dict) -> list[str]:
 
 def curves(run: dict, out: str) -> list[str]:
     """Batch reward per step and evaluated success (Wilson 95% band) against the two bars."""
-    what = _eval_set(run)
+    what = eval_set(run["header"])
     fig = _figure(10)
     a, b = fig.subplots(1, 2)
     a.plot(*_series(run["train"], "batch/reward_mean"), ".-", label="batch reward mean")
@@ -144,7 +140,7 @@ def labels(run: dict, out: str) -> list[str]:
         if any(f[g] for _, f in ev):
             b.plot([s for s, _ in ev], [f[g] for _, f in ev], "o-", color=COLORS[g], label=g)
     _steps(a, ylabel="share of batch", ylim=(0, 1.2), title="training verdicts")
-    _steps(b, ylim=(0, 1.2), title=f"{_eval_set(run)} verdicts")
+    _steps(b, ylim=(0, 1.2), title=f"{eval_set(run['header'])} verdicts")
     for ax in (a, b):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=3, loc="upper center")
@@ -169,9 +165,9 @@ def episodes(run: dict) -> list[str]:
         shown, step = row.get(sample_episodes.KEY), row.get("step")
     lines = ["## Sample episodes", ""]
     if not shown:
-        return lines + [f"_No sample episodes: no {_eval_set(run)} evaluation recorded them yet._"]
+        return lines + [f"_No sample episodes: no {eval_set(run['header'])} evaluation recorded them yet._"]
     return lines + [
-        f"{len(shown)} episodes of the final {_eval_set(run)} evaluation (step "
+        f"{len(shown)} episodes of the final {eval_set(run['header'])} evaluation (step "
         f"{'n/a' if step is None else step}; greedy): the first of each verdict, then in task order, "
         "decoded as the model read and wrote them (special tokens left out; a long one cut in the "
         "middle). TensorBoard's Text tab has every evaluation's (`eval/sample_episodes`).",

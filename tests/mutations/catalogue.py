@@ -440,8 +440,8 @@ MUTATIONS = (
     Mutation(
         "report_calls_every_eval_held_out",
         "the report names the set the run evaluates (eval_set) in every section",
-        "agentjax/report/outcome.py",
-        '    return run["header"].get("eval_set") or "held-out"\n',
+        "agentjax/report/common.py",
+        '    return header.get("eval_set") or "held-out"\n',
         '    return "held-out"\n',
         ("tests/diagnostics/test_report.py::test_every_section_names_the_set_the_run_evaluates",),
     ),
