@@ -368,3 +368,35 @@ def test_an_episode_token_cap_from_the_caps_section_ends_episodes_in_the_loop(tm
     trajs = Journal(tmp_path / "journal.bin").read()
     assert trajs and all(t.num_action_tokens <= 6 for t in trajs)
     assert any(t.stop_reason == "task_cap" and t.num_action_tokens == 6 for t in trajs)
+
+
+@pytest.mark.parametrize("mode", ["skip", "update"])
+def test_batches_with_no_signal_leave_the_policy_where_it_is(tmp_path, monkeypatch, mode):
+    """Real clock, slot engine: step 1's batch has a signal, steps 2-3 have none (every advantage
+    0). With ``optim.empty_batches='skip'`` the checkpoints after steps 2 and 3 are bitwise equal
+    and the steps report ``skipped_empty``; with ``'update'`` Adam's first moment keeps moving
+    every weight through them."""
+    from agentjax.learner import checkpoint as ckpt
+
+    calls = []
+
+    def rewards(run, trajs):
+        calls.append(len(trajs))
+        return _token_rewards(run, trajs) if len(calls) == 1 else [0.0] * len(trajs)
+
+    monkeypatch.setattr(loopparts, "batch_rewards", rewards)
+    cfg = _real("default", steps=3, optim__empty_batches=mode, checkpoint_every=1)
+    _, rows = _train(cfg, tmp_path)
+    assert len(calls) == 3 and rows[0]["grad_norm"] > 0
+    assert [r["grad_norm"] for r in rows[1:]] == [0.0, 0.0]
+    d = str(tmp_path / "checkpoints")
+    two, three = (ckpt.restore_checkpoint(d, step=s).state["params"] for s in (2, 3))
+    same = all(np.array_equal(a, b) for a, b in zip(_leaves(two), _leaves(three), strict=True))
+    assert [r["skipped_empty"] for r in rows] == ([0.0, 1.0, 1.0] if mode == "skip" else [0.0] * 3)
+    assert same == (mode == "skip")
+
+
+def _leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]

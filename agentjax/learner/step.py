@@ -14,7 +14,9 @@ are computed once per step (no gradient) and the objective adds the KL penalty.
 
 ``TrainState`` is a pytree (step, params, optimizer state, rng), so it can be checkpointed and
 sharded. A step whose loss or gradients are not finite leaves params and optimizer state
-unchanged and reports ``skipped_nonfinite = 1``.
+unchanged and reports ``skipped_nonfinite = 1``; so does one whose gradient is exactly zero
+(``skipped_empty = 1``, unless ``optim.empty_batches="update"``): Adam would otherwise keep moving
+every weight along its first moment with no signal in the batch.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class TrainState:
     rng: jax.Array  # raw uint32 key data, so the state checkpoints as plain arrays
 
 
+EMPTY_BATCHES = ("skip", "update")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
     learning_rate: float = 1e-3
@@ -55,6 +60,11 @@ class OptimConfig:
     grad_clip: float = 1.0
     grad_accum: int = 1
     minibatches: int = 1  # optimiser updates per learner batch (PPO/AReaL minibatches)
+    # A batch whose gradient is exactly zero (every group uniform, no KL or value term) is not an
+    # optimiser step: params, Adam's moments and the step count stay as they are. With "update",
+    # Adam keeps moving every weight along its first moment through such steps (about 4-5 lr-sized
+    # moves per informative step), which is what erased the code agent's copying (docs/codefix.md).
+    empty_batches: str = "skip"
 
     def __post_init__(self):
         if not 0 < self.learning_rate < float("inf"):  # NaN fails too
@@ -65,6 +75,10 @@ class OptimConfig:
             raise ValueError(f"optim.grad_accum={self.grad_accum} is invalid; must be >= 1")
         if self.minibatches < 1:
             raise ValueError(f"optim.minibatches={self.minibatches} is invalid; must be >= 1")
+        if self.empty_batches not in EMPTY_BATCHES:
+            raise ValueError(
+                f"optim.empty_batches={self.empty_batches!r} is invalid; must be one of {EMPTY_BATCHES}"
+            )
 
 
 class Optimizer(optax.GradientTransformationExtraArgs):
@@ -204,16 +218,20 @@ def _grads(params, batch, args, grad_accum):
     return jax.tree.map(lambda x: x / grad_accum, (loss, metrics, grads))
 
 
-def _update(params, opt_state, batch, *, args, tx, grad_accum):
+def _update(params, opt_state, batch, *, args, tx, grad_accum, skip_empty):
     loss, metrics, grads = _grads(params, batch, args, grad_accum)
     finite = jnp.isfinite(loss) & _all_finite(grads)
+    norm = optax.tree.norm(grads)
+    empty = (norm == 0) if skip_empty else jnp.zeros((), bool)
+    apply = finite & ~empty
     updates, new_opt = tx.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
-    pick = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    pick = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
     metrics = dict(metrics)
-    metrics["grad_norm"] = optax.tree.norm(grads)
+    metrics["grad_norm"] = norm
     metrics["skipped_nonfinite"] = 1.0 - finite.astype(jnp.float32)
-    return pick(new_params, params), pick(new_opt, opt_state), finite, metrics
+    metrics["skipped_empty"] = (finite & empty).astype(jnp.float32)
+    return pick(new_params, params), pick(new_opt, opt_state), apply, metrics
 
 
 def _train_step(
@@ -228,6 +246,7 @@ def _train_step(
     transform,
     grad_accum,
     minibatches=1,
+    skip_empty=True,
     mesh=None,
 ):
     if ref_params is not None and loss_config.kl_coef:
@@ -267,7 +286,11 @@ def _train_step(
         )
         batch = {**batch, "prox_logp": jax.lax.stop_gradient(prox.astype(jnp.float32))}
     upd = functools.partial(
-        _update, args=(model_config, loss_config, transform, mesh), tx=tx, grad_accum=grad_accum
+        _update,
+        args=(model_config, loss_config, transform, mesh),
+        tx=tx,
+        grad_accum=grad_accum,
+        skip_empty=skip_empty,
     )
     if minibatches == 1:
         params, opt_state, finite, metrics = upd(state.params, state.opt_state, batch)
@@ -301,6 +324,7 @@ def make_train_step(
     transform=None,
     grad_accum: int = 1,
     minibatches: int = 1,
+    empty_batches: str = "skip",
     donate: bool = False,
     mesh=None,
 ):
@@ -310,6 +334,8 @@ def make_train_step(
     objectives that need the learner's log-probs at the version that sampled each token
     (``loss_config.needs``). ``minibatches > 1`` splits the batch into that many sequential
     optimiser updates (the proximal policy of decoupled PPO is the parameters at the start).
+    ``empty_batches="skip"`` (:class:`OptimConfig`): an update whose gradient is exactly zero
+    leaves params, optimizer state and step as they are and reports ``skipped_empty = 1``.
     ``mesh``: the mesh the step runs on, needed when ``model_config.activation_rows`` is set
     (every forward splits its hidden rows over those axes; see ``policy.model.forward``).
     ``donate=True`` donates the old state's buffers. Leave it off when anything else holds the
@@ -324,6 +350,7 @@ def make_train_step(
         transform=transform,
         grad_accum=grad_accum,
         minibatches=minibatches,
+        skip_empty=empty_batches == "skip",
         mesh=mesh,
     )
     return jax.jit(fn, donate_argnums=0 if donate else ())

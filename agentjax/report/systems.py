@@ -144,7 +144,12 @@ def masked(run: dict, out: str) -> list[str]:
         lines += ["", "| terminal state | submissions | share |", "|---|---|---|"]
         lines += [f"| {k} | {int(term[k])} | {_pct(v)} |" for k, v in reasons.items()]
     skipped = sum(r.get("skipped_nonfinite", 0) for r in tr)
-    return lines + ["", f"Steps skipped for non-finite gradients: {int(skipped)}."]
+    empty = sum(r.get("skipped_empty", 0) for r in tr)
+    return lines + [
+        "",
+        f"Steps skipped for non-finite gradients: {int(skipped)}. "
+        f"Steps with no signal (gradient exactly zero, no optimiser step): {int(empty)}.",
+    ]
 
 
 def classes(run: dict, out: str) -> list[str]:

@@ -152,6 +152,7 @@ def compose(parts: Parts) -> Composed:
             transform=transform,
             grad_accum=run.optim.grad_accum,
             minibatches=run.optim.minibatches,
+            empty_batches=run.optim.empty_batches,
             mesh=placement.learner_mesh,
         ),
         # learner parameters of recent versions, for log-probs at each token's behaviour version

@@ -50,6 +50,7 @@ def _train(step):
         "ess/token_frac": 0.9,
         "grad_norm": 1.0,
         "skipped_nonfinite": float(step == 2),
+        "skipped_empty": float(step == 3),
         "batch/reward_mean": 0.1 * step,
         "batch/rows": 8.0,
         "batch/groups": 4.0,
@@ -200,7 +201,8 @@ def test_full_report_has_every_plot_and_the_key_numbers(tmp_path):
     assert "| masked/filter_icepop | 0.1250 | 0.2000 | 0.2000 |" in md
     assert "| masked/zero_advantage_groups | 0.2500 | 0.2500 | 0.2500 |" in md
     assert "| masked | 4 | 10.0% |" in md and "| rejected_stale | 2 | 5.0% |" in md
-    assert "Steps skipped for non-finite gradients: 1." in md
+    assert "Steps skipped for non-finite gradients: 1. Steps with no signal" in md
+    assert "(gradient exactly zero, no optimiser step): 1." in md
     # delta: ratio mean 1.01..1.04 -> mean 1.025, max 1.04
     assert "| loss/ratio/mean | 1.0250 | 1.0400 | 1.0400 |" in md
     # labels over 4 batches: pass 1+2+3+4 = 10 of 32; one infra fault per batch

@@ -184,6 +184,29 @@ def test_nonfinite_guard_skips_update(bad, params0, batch):
     assert not np.array_equal(np.asarray(state.params["embed"]), before.params["embed"])
 
 
+@pytest.mark.parametrize("mode", ["skip", "update"])
+def test_a_batch_with_no_signal_is_no_optimiser_step(mode, params0, batch):
+    """Every advantage 0 (all groups uniform): the gradient is exactly zero. ``skip`` leaves params,
+    momentum and step bitwise as they were; ``update`` lets the momentum trace move the params."""
+    step = make_train_step(CONFIG, LossConfig(name="grpo"), TX, empty_batches=mode)
+    state, m = step(_state(params0), batch)  # one good step: the momentum trace is non-zero
+    assert float(m["skipped_empty"]) == 0.0 and int(state.step) == 1
+    before = _np(state)
+    state, m = step(state, {**batch, "advantages": jnp.zeros(B)})
+    assert float(m["grad_norm"]) == 0.0 and float(m["skipped_nonfinite"]) == 0.0
+    if mode == "skip":
+        assert float(m["skipped_empty"]) == 1.0
+        chex.assert_trees_all_equal(_np(state), before)
+    else:
+        assert float(m["skipped_empty"]) == 0.0 and int(state.step) == 2
+        assert not np.array_equal(np.asarray(state.params["embed"]), before.params["embed"])
+
+
+def test_empty_batches_names_its_values():
+    with pytest.raises(ValueError, match=r"optim.empty_batches='drop'.*\('skip', 'update'\)"):
+        OptimConfig(empty_batches="drop")
+
+
 def _row_logp(params_np, batch, row):
     lp = np.asarray(_score(jax.tree.map(jnp.asarray, params_np), batch["tokens"], batch["positions"], CONFIG))
     return float((lp * np.asarray(batch["loss_mask"]))[row].sum())

@@ -445,4 +445,15 @@ MUTATIONS = (
         '    return "held-out"\n',
         ("tests/diagnostics/test_report.py::test_every_section_names_the_set_the_run_evaluates",),
     ),
+    Mutation(
+        "empty_batch_still_steps_adam",
+        "a batch whose gradient is exactly zero is no optimiser step (optim.empty_batches='skip')",
+        "agentjax/learner/step.py",
+        "    empty = (norm == 0) if skip_empty else jnp.zeros((), bool)\n",
+        "    empty = jnp.zeros((), bool)\n",
+        (
+            "tests/test_features.py::test_batches_with_no_signal_leave_the_policy_where_it_is[skip]",
+            "tests/learner/test_step.py::test_a_batch_with_no_signal_is_no_optimiser_step[skip]",
+        ),
+    ),
 )
