@@ -26,6 +26,7 @@ def test_default_and_smoke_parse():
         ("context", "policy", "summarise", r"context.policy='summarise' is invalid"),
         ("rl", "group_size", 0, r"rl.group_size=0 is invalid"),
         ("optim", "grad_accum", 0, r"optim.grad_accum=0 is invalid"),
+        ("optim", "empty_batches", "drop", r"optim.empty_batches='drop' is invalid; must be one of"),
         ("model", "compute_dtype", "fp8", r"compute_dtype='fp8' is invalid; allowed values"),
     ],
 )

@@ -202,6 +202,20 @@ def test_a_batch_with_no_signal_is_no_optimiser_step(mode, params0, batch):
         assert not np.array_equal(np.asarray(state.params["embed"]), before.params["embed"])
 
 
+def test_exact_kernels_make_the_reference_kl_exactly_zero_at_the_reference(params0, batch):
+    """At the reference parameters with every advantage 0, the exact kernels' reference log-probs
+    equal the differentiated forward's bitwise: the KL gradient is exactly zero and the step is
+    skipped. (The fast kernels round the two programs differently: a ~1e-8 gradient that Adam
+    would scale to an lr-sized move of every weight.)"""
+    cfg = CONFIG.replace(exact_tile=4)
+    step = make_train_step(cfg, LossConfig(name="grpo", kl_coef=1.0), optax.adam(1e-3))
+    p = jax.tree.map(jnp.asarray, params0)
+    state = init_train_state(p, optax.adam(1e-3), 0)
+    _, m = step(state, {**batch, "advantages": jnp.zeros(B)}, p)
+    assert float(m["loss/kl"]) == 0.0 and float(m["grad_norm"]) == 0.0
+    assert float(m["skipped_empty"]) == 1.0
+
+
 def test_empty_batches_names_its_values():
     with pytest.raises(ValueError, match=r"optim.empty_batches='drop'.*\('skip', 'update'\)"):
         OptimConfig(empty_batches="drop")
