@@ -400,3 +400,15 @@ def _leaves(tree):
     import jax
 
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_the_demonstration_term_trains_where_every_advantage_is_zero(tmp_path):
+    """Real clock, slot engine. The smoke policy passes nothing: every advantage is 0 and without
+    ``loss.demo_coef`` no step moves the policy. With it, each step trains on ``loss.demo_rows``
+    of the warm start's rows: a gradient every step and their NLL reported."""
+    _, rows = _train(_real("default", steps=2, loss__demo_coef=1.0), tmp_path / "demo")
+    assert all(r["grad_norm"] > 0 and r["skipped_empty"] == 0 for r in rows)
+    assert all(r["loss/demo_nll"] > 0 for r in rows)
+    assert os.path.exists(tmp_path / "demo" / "demos.npz")
+    _, bare = _train(_real("default", steps=2), tmp_path / "bare")
+    assert all(r["grad_norm"] == 0 and "loss/demo_nll" not in r for r in bare)

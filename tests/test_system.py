@@ -122,7 +122,7 @@ def test_tensorboard_has_the_runs_training_signals_in_one_event_file(reference):
 @pytest.mark.parametrize("mode", ["windowed_fifo"])
 def test_sigkill_then_resume_is_bitwise_identical(mode, tmp_path_factory, tmp_path):
     """Deterministic async (windowed FIFO on the virtual clock). Sync mode's exact resume:
-    ``test_critic_gae_and_reference_kl_train_and_resume_exactly``."""
+    ``test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly``."""
     ref_dir, _ = _reference(mode, tmp_path_factory)
     wd = str(tmp_path / "killed")
     flag = f"--config.scheduler.mode={mode}"
@@ -167,15 +167,16 @@ def jax_leaves(tree):
 
 
 @pytest.mark.slow
-def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
+def test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly(tmp_path):
     """loss.advantage='gae' (separate critic, truncation bootstrap) with KL to the frozen warm
-    start: both losses reach the metrics, and a run stopped at step 2 and resumed (reference
-    policy restored from the workdir) ends bitwise where an uninterrupted run ends."""
+    start and the warm start's demonstrations in the loss (loss.demo_coef): the three terms reach
+    the metrics, and a run stopped at step 2 and resumed (reference policy and demonstration rows
+    restored from the workdir) ends bitwise where an uninterrupted run ends."""
     from agentjax.run import loop
 
     def config(steps):
         c = _smoke()
-        c.loss.update(advantage="gae", value_coef=0.5, kl_coef=0.05)
+        c.loss.update(advantage="gae", value_coef=0.5, kl_coef=0.05, demo_coef=0.5)
         c.model.value_head = "separate"
         c.scheduler.mode = "sync"
         c.rl.update(steps=steps, eval_every=100)
@@ -187,7 +188,7 @@ def test_critic_gae_and_reference_kl_train_and_resume_exactly(tmp_path):
         loop.train(config(steps), wd, resume=resume, log=lambda s: None)
     train = [r for r in _metrics(full) if "loss/total" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
-    assert all(r["loss/value"] > 0 for r in train)
+    assert all(r["loss/value"] > 0 and r["loss/demo_nll"] > 0 for r in train)
     assert train[0]["loss/kl"] == pytest.approx(0.0, abs=1e-6) and train[-1]["loss/kl"] > 0
     resumed = [r for r in _metrics(part) if "loss/total" in r]
     assert resumed == train

@@ -80,6 +80,10 @@ class _SharedLossFields:
     gae_lambda: float = 0.95
     whiten: bool = True  # GAE: normalise advantages over the batch's action tokens
     negative_scale: float = 1.0  # multiplies negative advantages (0: learn only from better-than-average)
+    # > 0: every RL update adds demo_coef x the mean NLL of demo_rows warm-start demonstration rows
+    # (InstructGPT's PPO-ptx): keeps what the policy shares across tasks while RL moves the rest
+    demo_coef: float = 0.0
+    demo_rows: int = 8
 
     def __post_init__(self):
         if not importpath.is_path(self.name) and self.name not in LOSSES:
@@ -118,7 +122,9 @@ class _SharedLossFields:
                 f"0 (off) or a positive cap, only with {list(_TIS_LOSSES)} (the others "
                 "mask or reweight the mismatch themselves)"
             )
-        for f in ("kpop_threshold", "kl_coef", "value_coef"):
+        if self.demo_rows < 1:
+            raise ValueError(f"loss.demo_rows={self.demo_rows} is invalid; must be >= 1")
+        for f in ("kpop_threshold", "kl_coef", "value_coef", "demo_coef"):
             if not getattr(self, f) >= 0:
                 raise ValueError(f"loss.{f}={getattr(self, f)} is invalid; must be >= 0")
         if not 0 <= self.icepop_low <= self.icepop_high:

@@ -50,6 +50,15 @@ def demo_rows(
     return {"tokens": tok, "positions": pos, "loss_mask": mask}
 
 
+def demo_nll(params, rows: dict, *, config: ModelConfig, transform=None, mesh=None) -> jax.Array:
+    """Mean negative log-likelihood of ``rows``' action tokens (``loss_mask``): the warm start's
+    loss, and the RL loss's demonstration term (``loss.demo_coef``)."""
+    lp, _ = token_logprobs(
+        params, rows["tokens"], rows["positions"], config=config, transform=transform, mesh=mesh
+    )
+    return -masked_mean(lp, rows["loss_mask"])
+
+
 def sft_train(
     params,
     config: ModelConfig,
@@ -86,11 +95,7 @@ def sft_train(
 
     @jax.jit
     def step(params, opt, batch):
-        def loss_fn(p):
-            lp, _ = token_logprobs(p, batch["tokens"], batch["positions"], config=cfg)
-            return -masked_mean(lp, batch["loss_mask"])
-
-        loss, g = jax.value_and_grad(loss_fn)(params)
+        loss, g = jax.value_and_grad(lambda p: demo_nll(p, batch, config=cfg))(params)
         upd, opt = tx.update(g, opt, params)
         return optax.apply_updates(params, upd), opt, loss
 

@@ -5,6 +5,7 @@ jitted program and are read together.)
 
     state, metrics = train_step(state, batch)              # GRPO-family group advantages
     state, metrics = train_step(state, batch, ref_params)  # + KL to a frozen reference policy
+    state, metrics = train_step(state, batch, None, None, demo)  # + demo_coef x demonstrations' NLL
 
 Advantages come from the batch (``loss.advantage="group"``) or from the critic
 (``loss.advantage="gae"``: token-level GAE with truncation bootstrap over the batch's
@@ -32,6 +33,7 @@ import optax
 
 from agentjax.learner import critic
 from agentjax.learner.objective import LossConfig, policy_objective
+from agentjax.learner.sft import demo_nll
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.model import critic_values
 from agentjax.policy.scoring import token_logprobs, token_logprobs_and_routes
@@ -218,8 +220,17 @@ def _grads(params, batch, args, grad_accum):
     return jax.tree.map(lambda x: x / grad_accum, (loss, metrics, grads))
 
 
-def _update(params, opt_state, batch, *, args, tx, grad_accum, skip_empty):
+def _update(params, opt_state, batch, *, args, tx, grad_accum, skip_empty, demo=None):
     loss, metrics, grads = _grads(params, batch, args, grad_accum)
+    metrics = dict(metrics)
+    if demo is not None:  # loss.demo_coef x the demonstrations' NLL (InstructGPT's PPO-ptx term)
+        model_config, loss_config, transform, mesh = args
+        nll = functools.partial(demo_nll, config=model_config, transform=transform, mesh=mesh)
+        d_loss, d_grads = jax.value_and_grad(nll)(params, demo)
+        coef = loss_config.demo_coef
+        grads = jax.tree.map(lambda g, d: g + coef * d.astype(g.dtype), grads, d_grads)
+        loss = loss + coef * d_loss
+        metrics["loss/demo_nll"] = d_loss
     finite = jnp.isfinite(loss) & _all_finite(grads)
     norm = optax.tree.norm(grads)
     empty = (norm == 0) if skip_empty else jnp.zeros((), bool)
@@ -227,7 +238,6 @@ def _update(params, opt_state, batch, *, args, tx, grad_accum, skip_empty):
     updates, new_opt = tx.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
     pick = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
-    metrics = dict(metrics)
     metrics["grad_norm"] = norm
     metrics["skipped_nonfinite"] = 1.0 - finite.astype(jnp.float32)
     metrics["skipped_empty"] = (finite & empty).astype(jnp.float32)
@@ -239,6 +249,7 @@ def _train_step(
     batch,
     ref_params=None,
     behaviour=None,
+    demo=None,
     *,
     model_config,
     loss_config,
@@ -291,6 +302,7 @@ def _train_step(
         tx=tx,
         grad_accum=grad_accum,
         skip_empty=skip_empty,
+        demo=demo if loss_config.demo_coef else None,
     )
     if minibatches == 1:
         params, opt_state, finite, metrics = upd(state.params, state.opt_state, batch)
@@ -328,7 +340,11 @@ def make_train_step(
     donate: bool = False,
     mesh=None,
 ):
-    """A jitted ``(state, batch, ref_params=None, behaviour=None) -> (state, metrics)``.
+    """A jitted ``(state, batch, ref_params=None, behaviour=None, demo=None) -> (state, metrics)``.
+
+    ``demo``: demonstration rows (``tokens``, ``positions``, ``loss_mask``); with
+    ``loss_config.demo_coef`` > 0 every update adds ``demo_coef`` x their mean NLL to the loss
+    (reported as ``loss/demo_nll``).
 
     ``behaviour = (params_tuple, versions)``: the kept parameters of the behaviour versions, for
     objectives that need the learner's log-probs at the version that sampled each token

@@ -196,6 +196,7 @@ def _placement(run: runconfig.RunConfig) -> Placement:
     for what, rows in (
         ("the learner batch's", learner_rows(run)),  # rl.batch_size (x turns: context policy)
         ("warm_start.batch_size's", run.warm_start.batch_size if run.warm_start.steps else 0),
+        ("loss.demo_rows'", run.loss.demo_rows if run.loss.demo_coef else 0),
     ):
         if rows % split:
             raise runconfig.ConfigError(

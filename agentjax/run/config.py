@@ -232,6 +232,14 @@ def minibatches_divide_the_batch(run: RunConfig, evaluation: bool) -> None:
         )
 
 
+def demonstrations_need_a_warm_start(run: RunConfig, evaluation: bool) -> None:
+    if run.loss.demo_coef and not run.warm_start.steps:
+        raise ConfigError(
+            f"loss.demo_coef={run.loss.demo_coef} trains on the warm start's demonstrations: set "
+            "warm_start.steps > 0, or loss.demo_coef to 0"
+        )
+
+
 def one_owner_of_fault_rates(run: RunConfig, evaluation: bool) -> None:
     if run.curriculum.enabled and run.faults.rates:
         raise ConfigError(
@@ -258,6 +266,7 @@ CROSS_CHECKS = (
     dropping_uniform_groups_needs_groups,
     queue_holds_a_batch,
     minibatches_divide_the_batch,
+    demonstrations_need_a_warm_start,
     one_owner_of_fault_rates,
     fault_classes_fit_the_task,
 )

@@ -174,10 +174,15 @@ class RunFiles:
     def reference(self) -> str:
         return os.path.join(self.workdir, "reference")
 
+    @property
+    def demos(self) -> str:
+        """The warm start's demonstration rows the RL loss's ``loss.demo_coef`` term trains on."""
+        return os.path.join(self.workdir, "demos.npz")
+
     def clear_stale(self) -> None:
         """A fresh run's start: metrics and journal of an earlier run that never reached a
-        checkpoint, and its reference policy, are removed."""
-        for stale in (self.metrics, self.journal):
+        checkpoint, its reference policy and demonstration rows, are removed."""
+        for stale in (self.metrics, self.journal, self.demos):
             if os.path.exists(stale):
                 os.remove(stale)
         if os.path.isdir(self.reference):

@@ -55,6 +55,7 @@ class LearnerState:
     ref_params: Any = None
     kept: Mapping[int, Any] = dataclasses.field(default_factory=dict)
     curriculum: Any = None  # envs.curriculum.CurriculumState, or None
+    demos: Any = None  # the warm start's rows (host arrays) for loss.demo_coef, or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +68,23 @@ class Weights:
     env_rates: dict
 
 
-def init_state(parts: LearnerParts, train, version: int, ref_params=None) -> LearnerState:
+def init_state(parts: LearnerParts, train, version: int, ref_params=None, demos=None) -> LearnerState:
     """The learner at ``version`` with ``train`` (fresh or restored): only ``version`` is kept."""
     kept = pv.keep({}, version, train.params, oldest=version) if parts.kept_versions else {}
     cur = parts.curriculum.init() if parts.curriculum is not None else None
-    return LearnerState(train, version, ref_params, kept, cur)
+    return LearnerState(train, version, ref_params, kept, cur, demos)
+
+
+def demo_batch(parts: LearnerParts, state: LearnerState):
+    """The ``loss.demo_rows`` demonstration rows step ``state.version`` trains on (None without
+    ``loss.demo_coef``): consecutive rows of one seeded permutation, so every row comes in turn
+    and a resumed run picks the same ones."""
+    if state.demos is None:
+        return None
+    n, k = len(state.demos["tokens"]), parts.run.loss.demo_rows
+    order = np.random.default_rng(parts.run.seed).permutation(n)
+    idx = order[(state.version * k + np.arange(k)) % n]
+    return multihost.shard_batch({name: v[idx] for name, v in state.demos.items()}, parts.mesh)
 
 
 def env_rates(parts: LearnerParts, state: LearnerState) -> dict:
@@ -99,7 +112,9 @@ def learner_step(parts: LearnerParts, state: LearnerState, train) -> tuple[Learn
     if parts.kept_versions:  # this process's rows (every row on one process)
         pv.check_covered(state.kept, host["behaviour_version"], host["loss_mask"])
         behaviour = pv.slots(state.kept, parts.kept_versions, fallback=state.train.params)
-    new_train, m = parts.train_step(state.train, arrays, state.ref_params, behaviour)
+    new_train, m = parts.train_step(
+        state.train, arrays, state.ref_params, behaviour, demo_batch(parts, state)
+    )
     new = state.version + 1
     kept = state.kept
     if parts.kept_versions:

@@ -17,6 +17,7 @@ it, what the summary records).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -106,13 +107,13 @@ def warm_start_rows(episodes, codec, caps, max_seq_len: int) -> dict:
     return demo_rows(episodes, codec, max_seq_len, input_widths(caps, max_seq_len))
 
 
-def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list]:
-    """The supervised warm start on the suite's demonstrations: ``(params, header fields, curve)``,
-    ``curve`` the ``[step, loss]`` points of :func:`warm_start_curve` (TensorBoard's
-    ``warm_start/nll``)."""
+def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list, dict | None]:
+    """The supervised warm start on the suite's demonstrations: ``(params, header fields, curve,
+    rows)``, ``curve`` the ``[step, loss]`` points of :func:`warm_start_curve` (TensorBoard's
+    ``warm_start/nll``), ``rows`` the demonstration rows it trained on."""
     ws = parts.run.warm_start
     if ws.steps == 0:
-        return params, {}, []
+        return params, {}, [], None
     eps = parts.suite.demonstrations(ws.episodes, seed=parts.run.seed * 7919)
     rows = warm_start_rows([e.pairs for e in eps], parts.codec, parts.run.caps, parts.model.max_seq_len)
     demo_success = float(np.mean([e.success for e in eps]))
@@ -137,6 +138,7 @@ def warm_start(parts: Parts, params, log, mesh) -> tuple[Any, dict, list]:
             "warm_start/demo_train_success": demo_success,
         },
         warm_start_curve(losses, log_every),
+        rows,
     )
 
 
@@ -234,8 +236,9 @@ def _train(cfg, c: Composed, workdir: str, clock, *, resume: bool, log) -> dict:
         header, scheduler, tasks, last_eval, journal = r.header, r.scheduler, r.tasks, r.last_eval, r.journal
         resumed_at = scheduler.steps
         ref = ckpt.restore_checkpoint(files.reference, params0, step=0).state if run.loss.kl_coef else None
+        demos = dict(np.load(files.demos)) if run.loss.demo_coef else None
         state = lrn.init_state(
-            c.learner, multihost.globalize(r.train, c.placement.learner_mesh), scheduler.version, ref
+            c.learner, multihost.globalize(r.train, c.placement.learner_mesh), scheduler.version, ref, demos
         )
         done = os.path.join(workdir, "summary.json")
         if scheduler.steps >= run.rl.steps and os.path.exists(done):
@@ -294,7 +297,7 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
     demo = parts.suite.baseline()
     what = parts.suite.eval_set  # "held-out", or what the suite evaluates instead
     log(f"demonstrator {what} success {demo:.3f} (scripted, {len(parts.heldout)} tasks)")
-    params, ws, curve = warm_start(parts, params0, log, c.placement.learner_mesh)
+    params, ws, curve, rows = warm_start(parts, params0, log, c.placement.learner_mesh)
     e0 = evaluate_heldout(c, multihost.local_view(params), 0)
     log(f"warm start {what} success {e0['eval/success']:.3f}")
     header = {
@@ -313,7 +316,13 @@ def _start(cfg, c: Composed, files: runfiles.RunFiles, params0, log) -> tuple[di
     if run.loss.kl_coef:  # KL to the RL phase's starting policy, saved for --resume
         ref = train0.params
         ckpt.save_checkpoint(files.reference, 0, ref)
-    return header, lrn.init_state(c.learner, train0, 0, ref)
+    demos = None
+    if run.loss.demo_coef:  # the RL loss's demonstration term trains on them; saved for --resume
+        demos = rows
+        buf = io.BytesIO()
+        np.savez(buf, **rows)
+        files.write_bytes(files.demos, buf.getvalue())
+    return header, lrn.init_state(c.learner, train0, 0, ref, demos)
 
 
 def _checkpoint(files, clock, scheduler, tasks, job: LearnerJob, journal, header: dict, step: int) -> None:

@@ -216,6 +216,21 @@ def test_exact_kernels_make_the_reference_kl_exactly_zero_at_the_reference(param
     assert float(m["skipped_empty"]) == 1.0
 
 
+def test_the_demonstration_term_adds_demo_coef_times_its_gradient(params0, batch):
+    """Every advantage 0: the update is the demonstration term's alone, ``-LR x demo_coef x
+    grad(NLL)`` (SGD's first step), so halving ``loss.demo_coef`` halves it."""
+    demo = {k: batch[k] for k in ("tokens", "positions", "loss_mask")}
+    zero = {**batch, "advantages": jnp.zeros(B)}
+    moved = {}
+    for coef in (1.0, 0.5):
+        step = make_train_step(CONFIG, LossConfig(name="grpo", demo_coef=coef), TX)
+        new, m = step(_state(params0), zero, None, None, demo)
+        assert float(m["loss/demo_nll"]) > 0 and float(m["skipped_empty"]) == 0.0
+        moved[coef] = np.asarray(new.params["embed"]) - params0["embed"]
+    np.testing.assert_allclose(moved[0.5], 0.5 * moved[1.0], rtol=1e-3, atol=1e-6 * np.abs(moved[1.0]).max())
+    assert np.abs(moved[1.0]).max() > 0
+
+
 def test_empty_batches_names_its_values():
     with pytest.raises(ValueError, match=r"optim.empty_batches='drop'.*\('skip', 'update'\)"):
         OptimConfig(empty_batches="drop")

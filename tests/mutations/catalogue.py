@@ -456,4 +456,20 @@ MUTATIONS = (
             "tests/learner/test_step.py::test_a_batch_with_no_signal_is_no_optimiser_step[skip]",
         ),
     ),
+    Mutation(
+        "demo_term_left_out_of_the_gradient",
+        "loss.demo_coef adds the demonstrations' NLL to every RL update's gradient",
+        "agentjax/learner/step.py",
+        "        grads = jax.tree.map(lambda g, d: g + coef * d.astype(g.dtype), grads, d_grads)\n",
+        "        grads = grads\n",
+        ("tests/test_features.py::test_the_demonstration_term_trains_where_every_advantage_is_zero",),
+    ),
+    Mutation(
+        "demo_rows_lost_on_resume",
+        "a resumed run trains on the same demonstration rows (loss.demo_coef)",
+        "agentjax/run/loop.py",
+        "        demos = dict(np.load(files.demos)) if run.loss.demo_coef else None\n",
+        "        demos = None\n",
+        ("tests/test_system.py::test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly",),
+    ),
 )
