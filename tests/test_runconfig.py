@@ -120,6 +120,8 @@ def _with(path: str, value):
         ("loss.grpo.clip_low", 2.0, r"loss.grpo.clip_low=2.0 is invalid; must be in \[0, 1\)"),
         ("optim.b2", 1.0, r"optim.b2=1.0 is invalid; must be in \[0.0, 1.0\)"),
         ("optim.weight_decay", -0.1, r"optim.weight_decay=-0.1 is invalid; must be >= 0"),
+        ("loss.demo_coef", -1.0, r"loss.demo_coef=-1.0 is invalid; must be >= 0"),
+        ("loss.demo_rows", 0, r"loss.demo_rows=0 is invalid; must be >= 1"),
         ("rl.temperature", float("nan"), r"rl.temperature=nan is invalid"),
         # a string (or a bool, a list) where a number belongs: named, never a bare TypeError
         ("rl.steps", "100", r"rl.steps='100' is invalid; must be an integer"),
@@ -140,6 +142,16 @@ def _with(path: str, value):
 def test_degenerate_and_mistyped_values_are_named(path, value, match):
     with pytest.raises(ConfigError, match=match):
         parse(_with(path, value))
+
+
+def test_the_demonstration_term_needs_a_warm_start():
+    c = _with("loss.demo_coef", 0.5)
+    c["warm_start"]["steps"] = 0
+    with pytest.raises(
+        ConfigError, match=r"loss.demo_coef=0.5 trains on the warm start's .*warm_start.steps > 0"
+    ):
+        parse(c)
+    assert parse(_with("loss.demo_coef", 0.5)).loss.demo_coef == 0.5
 
 
 def test_only_the_default_run_declares_learning_targets():
