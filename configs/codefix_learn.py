@@ -33,7 +33,10 @@ seeds 0-2. Measured (seed 0, this quiet 2-core machine, copy-pretrained model, s
 of the training pairs (``--config.task.kwargs.eval_pairs=train``) the demonstrator scores 0.625,
 the RL start 0.062 and step 20 0.000: the warm start reaches a few tasks and RL lowers it. Neither
 2,400 distinct warm-start rows nor GRPO's token-mean loss changed that (docs/codefix.md, "Fifth
-round"): at 0.23M parameters the edit's ~40 tokens are rarely all right.
+round"): at 0.23M parameters the edit's ~40 tokens are rarely all right. The sixth round found
+Adam's momentum moving the policy through empty steps (now skipped: ``optim.empty_batches``) and,
+with that fixed, Adam's steps at a constant 1e-3 still walking the converged warm start out of its
+basin under a KL anchor (``loss.kl_coef``) or a demonstration term (``loss.demo_coef``) alike.
 Needs root, ``bwrap`` and ``setpriv``.
 """
 

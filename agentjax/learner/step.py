@@ -344,7 +344,8 @@ def make_train_step(
 
     ``demo``: demonstration rows (``tokens``, ``positions``, ``loss_mask``); with
     ``loss_config.demo_coef`` > 0 every update adds ``demo_coef`` x their mean NLL to the loss
-    (reported as ``loss/demo_nll``).
+    (reported as ``loss/demo_nll``); with ``minibatches > 1`` each minibatch update adds it, on
+    the same rows.
 
     ``behaviour = (params_tuple, versions)``: the kept parameters of the behaviour versions, for
     objectives that need the learner's log-probs at the version that sampled each token
