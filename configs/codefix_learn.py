@@ -36,7 +36,8 @@ the RL start 0.062 and step 20 0.000: the warm start reaches a few tasks and RL 
 round"): at 0.23M parameters the edit's ~40 tokens are rarely all right. The sixth round found
 Adam's momentum moving the policy through empty steps (now skipped: ``optim.empty_batches``) and,
 with that fixed, Adam's steps at a constant 1e-3 still walking the converged warm start out of its
-basin under a KL anchor (``loss.kl_coef``) or a demonstration term (``loss.demo_coef``) alike.
+basin under a KL anchor (``loss.kl_coef``) or a demonstration term (``loss.demo_coef``) alike;
+at lr 1e-4 with the demonstration term the policy holds at the start (0.062) but does not rise.
 Needs root, ``bwrap`` and ``setpriv``.
 """
 
