@@ -167,11 +167,19 @@ def jax_leaves(tree):
 
 
 @pytest.mark.slow
-def test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly(tmp_path):
+def test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly(tmp_path, caplog):
     """loss.advantage='gae' (separate critic, truncation bootstrap) with KL to the frozen warm
     start and the warm start's demonstrations in the loss (loss.demo_coef): the three terms reach
     the metrics, and a run stopped at step 2 and resumed (reference policy and demonstration rows
-    restored from the workdir) ends bitwise where an uninterrupted run ends."""
+    restored from the workdir) ends bitwise where an uninterrupted run ends.
+
+    Each run lowers its learner step and its warm-start step once: the first step's state is
+    placed as the step returns it, and so is a restored one (a counter left uncommitted, or
+    restored onto one device, compiled the step a second time at step 2 and after a resume)."""
+    import logging
+
+    import jax
+
     from agentjax.run import loop
 
     def config(steps):
@@ -184,8 +192,12 @@ def test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly(tmp
 
     # in one process: the three runs share their compiled programs
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
-    for wd, steps, resume in ((full, 4, False), (part, 2, False), (part, 4, True)):
-        loop.train(config(steps), wd, resume=resume, log=lambda s: None)
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"):
+        for wd, steps, resume in ((full, 4, False), (part, 2, False), (part, 4, True)):
+            loop.train(config(steps), wd, resume=resume, log=lambda s: None)
+    lowered = [r.getMessage().split(" with ")[0] for r in caplog.records]
+    assert lowered.count("Compiling jit(_train_step)") == 3, lowered  # once per run (cached or not)
+    assert lowered.count("Compiling jit(sft_step)") == 2, lowered  # the two fresh runs' warm starts
     train = [r for r in _metrics(full) if "loss/total" in r]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert all(r["loss/value"] > 0 and r["loss/demo_nll"] > 0 for r in train)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from agentjax.objectives import masked_mean
 from agentjax.policy.codec import Codec, fit
@@ -59,6 +60,26 @@ def demo_nll(params, rows: dict, *, config: ModelConfig, transform=None, mesh=No
     return -masked_mean(lp, rows["loss_mask"])
 
 
+def _replicate_uncommitted(tree, like):
+    """``tree`` with its uncommitted leaves (Adam's step count) replicated over the mesh of
+    ``like``'s leaves: the step's outputs are placed there, so step 2 runs step 1's program
+    instead of compiling it again. Unchanged when ``like`` is on no mesh."""
+    mesh = next(
+        (x.sharding.mesh for x in jax.tree.leaves(like) if isinstance(x.sharding, NamedSharding)), None
+    )
+    if mesh is None:
+        return tree
+    rep = NamedSharding(mesh, PartitionSpec())
+
+    def one(x):
+        if isinstance(x.sharding, NamedSharding):
+            return x
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, rep, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)
+
+
 def sft_train(
     params,
     config: ModelConfig,
@@ -91,10 +112,10 @@ def sft_train(
             else optax.linear_schedule(0.0, learning_rate, max(steps // 20, 1))
         ),
     )
-    opt = tx.init(params)
+    opt = _replicate_uncommitted(tx.init(params), params)
 
     @jax.jit
-    def step(params, opt, batch):
+    def sft_step(params, opt, batch):
         loss, g = jax.value_and_grad(lambda p: demo_nll(p, batch, config=cfg))(params)
         upd, opt = tx.update(g, opt, params)
         return optax.apply_updates(params, upd), opt, loss
@@ -110,7 +131,7 @@ def sft_train(
         idx = rng.choice(n, batch_size, replace=n < batch_size)
         batch = {k: v[idx] for k, v in rows.items()}
         batch = place(batch) if place is not None else jax.tree.map(jnp.asarray, batch)
-        params, opt, loss = step(params, opt, batch)
+        params, opt, loss = sft_step(params, opt, batch)
         losses.append(float(loss))
         if log_every and (s % log_every == 0 or s == steps - 1):
             log(f"{name} step {s:4d}  nll {losses[-1]:.4f}")

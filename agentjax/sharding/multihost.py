@@ -42,17 +42,22 @@ def to_global(tree, shardings):
 
 
 def globalize(tree, mesh: Mesh):
-    """Global arrays stay as they are (e.g. FSDP-sharded parameters and optimizer moments); every
-    process-local leaf (a step counter, an rng, an optimizer count: identical on every process)
-    becomes a global array replicated over ``mesh``. Identity outside ``jax.distributed``."""
-    if not is_distributed():
-        return tree
+    """Every leaf placed on ``mesh`` with a mesh sharding: leaves already there stay as they are
+    (e.g. FSDP-sharded parameters and optimizer moments); every other leaf (a step counter, an
+    rng, an optimizer count, a scalar restored onto one device: identical on every process)
+    becomes an array replicated over ``mesh``.
+
+    So a train state enters the learner's first step with the shardings that step returns, and a
+    fresh start, the steps after it and a resume all run one compiled program (a counter left
+    uncommitted, or restored onto one device, made step 2 and a resumed step compile it again)."""
     on_mesh = set(mesh.devices.flat)
+    replicated = NamedSharding(mesh, PartitionSpec())
 
     def one(x):
         if isinstance(x, jax.Array) and x.sharding.device_set == on_mesh:
-            return x
-        return to_global(jax.device_get(x), NamedSharding(mesh, PartitionSpec()))
+            if isinstance(x.sharding, NamedSharding) or not x.is_fully_addressable:
+                return x
+        return to_global(jax.device_get(x), replicated)
 
     return jax.tree.map(one, tree)
 

@@ -472,4 +472,20 @@ MUTATIONS = (
         "        demos = None\n",
         ("tests/test_system.py::test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly",),
     ),
+    Mutation(
+        "first_step_state_left_unplaced",
+        "a run (fresh or resumed) compiles its learner step once",
+        "agentjax/sharding/multihost.py",
+        "    on_mesh = set(mesh.devices.flat)\n",
+        "    if not is_distributed():\n        return tree\n    on_mesh = set(mesh.devices.flat)\n",
+        ("tests/test_system.py::test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly",),
+    ),
+    Mutation(
+        "warm_start_counter_left_uncommitted",
+        "the warm start compiles its step once",
+        "agentjax/learner/sft.py",
+        "    opt = _replicate_uncommitted(tx.init(params), params)\n",
+        "    opt = tx.init(params)\n",
+        ("tests/test_system.py::test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly",),
+    ),
 )
