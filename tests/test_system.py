@@ -61,6 +61,7 @@ def test_end_to_end_prints_progress_and_leaves_outputs(reference):
     assert stdout.index(header) < stdout.index("warm start held-out success")
     last = next(ln for ln in stdout.splitlines() if ln.startswith("step   12/12 |"))
     assert last.endswith("ETA 0m00s"), last  # nothing left at the last step
+    assert "| heldout " in last, last  # the evaluated set's name (codefix's training pairs: "eval")
     rows = _metrics(wd)
     assert rows[0]["step"] == 0 and "demonstrator_success" in rows[0]["header"]
     import importlib.metadata as md

@@ -59,13 +59,14 @@ def progress_line(rows, scheduler, c, last_eval, start: tuple[int, float], wall0
     train_rows = [x for x in rows if "loss/total" in x]
     last = train_rows[-1] if train_rows else {}
     ev = f"{last_eval['eval/success']:.3f}" if last_eval else "  -  "
+    what = "heldout" if c.parts.suite.eval_set == "held-out" else "eval"  # e.g. training-pair codefix
     recs = scheduler.records
     masked = sum(rec.terminal is not None and rec.terminal.value == "masked" for rec in recs)
     real = c.parts.run.scheduler.clock == "real"  # wall seconds; else virtual seconds
     now, total = time.perf_counter(), c.parts.run.rl.steps
     eta = eta_s(scheduler.steps, start[0], total, now - start[1])
     return (
-        f"step {scheduler.steps:4d}/{total} | reward {last.get('batch/reward_mean', 0):.3f} | heldout {ev} | "
+        f"step {scheduler.steps:4d}/{total} | reward {last.get('batch/reward_mean', 0):.3f} | {what} {ev} | "
         f"gap {last.get('version_gap_mean', 0):.2f} | masked {masked / max(len(recs), 1):.3f} | "
         f"filter {last.get('masked/filter_icepop', last.get('masked/filter_kpop', 0)):.3f} | "
         f"{_dropped(recs)}"
