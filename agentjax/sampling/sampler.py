@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
@@ -157,6 +158,16 @@ def _forward_window(
     return state, logits
 
 
+def _on_params_mesh(state: SamplerState, params) -> SamplerState:
+    """A state on no mesh yet (fresh from ``init``) replicated over the mesh of ``params``, where
+    ``_extend`` returns it: the first call and the ones after it run one compiled program (an
+    uncommitted state compiled it twice). Any other state is returned as it is."""
+    where = jax.tree.leaves(params)[0].sharding
+    if not isinstance(where, NamedSharding) or isinstance(state.tokens.sharding, NamedSharding):
+        return state
+    return jax.device_put(state, NamedSharding(where.mesh, PartitionSpec()))
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _extend(s: Sampler, params, state: SamplerState, tokens, lengths, version):
     # exact mode's Pallas kernels partition on the sampler's mesh (the log-prob kernels too,
@@ -260,7 +271,7 @@ class Sampler:
             tokens=jnp.zeros((batch, l), jnp.int32),
             length=zb,
             cached=zb,
-            status=jnp.full((batch,), Status.STOPPED, jnp.int32),
+            status=jnp.full((batch,), int(Status.STOPPED), jnp.int32),  # int: an IntEnum fill is weakly typed
             cache_version=jnp.full((batch,), NO_VERSION, jnp.int32),
             logp=zf,
             logp_raw=zf,
@@ -279,7 +290,7 @@ class Sampler:
         return _extend(
             self,
             params,
-            state,
+            _on_params_mesh(state, params),
             jnp.asarray(tokens, jnp.int32),
             jnp.asarray(lengths, jnp.int32),
             jnp.asarray(version, jnp.int32),

@@ -488,4 +488,24 @@ MUTATIONS = (
         "    opt = tx.init(params)\n",
         ("tests/test_system.py::test_critic_gae_reference_kl_and_demonstrations_train_and_resume_exactly",),
     ),
+    Mutation(
+        "fresh_sampler_state_left_unplaced",
+        "a sampler compiles its prefill once (a fresh state and a used one share the program)",
+        "agentjax/sampling/sampler.py",
+        "            _on_params_mesh(state, params),\n",
+        "            state,\n",
+        (
+            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[data]",
+        ),
+    ),
+    Mutation(
+        "fresh_sampler_status_weakly_typed",
+        "a sampler compiles its prefill once (a fresh state and a used one share the program)",
+        "agentjax/sampling/sampler.py",
+        "int(Status.STOPPED), jnp.int32)",
+        "Status.STOPPED, jnp.int32)",
+        (
+            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[data]",
+        ),
+    ),
 )

@@ -162,6 +162,25 @@ def test_deterministic_given_rng_and_no_recompile(setup):
     np.testing.assert_array_equal(np.asarray(c.version)[np.asarray(c.version) >= 0], 2)
 
 
+@pytest.mark.parametrize("axis", ["data", "tensor"])
+def test_a_fresh_state_extends_with_the_program_every_later_extend_runs(axis):
+    """init's state enters the first extend placed as extend returns it (replicated on the
+    parameters' mesh, strongly typed), so a fresh state and a used one share one compiled program
+    (before, every sampler compiled its prefill twice)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:2]).reshape(2, 1), (axis, "fsdp"))
+    cfg = CFG.replace(max_seq_len=27 if axis == "data" else 29)  # a program no other test compiled
+    params = jax.device_put(init_params(cfg, jax.random.key(0)), NamedSharding(mesh, PartitionSpec()))
+    sampler = Sampler(cfg, stop_tokens=(1,), mesh=mesh)
+    tokens = np.ones((2, 4), np.int32)
+    size = sampler_lib._extend._cache_size()
+    state = sampler.extend(params, sampler.init(2), tokens, np.array([4, 2]), version=0)
+    sampler.extend(params, state, tokens, np.array([1, 3]), version=0)
+    sampler.extend(params, sampler.init(2), tokens, np.array([2, 2]), version=1)
+    assert sampler_lib._extend._cache_size() == size + 1
+
+
 def test_stop_tokens_and_per_row_budget(setup):
     params, _, _, state = setup
     stops = tuple(range(0, 64, 3))  # a third of the vocabulary: stops come early
