@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from agentjax.objectives import masked_mean
 from agentjax.policy.codec import Codec, fit
 from agentjax.policy.config import ModelConfig
+from agentjax.policy.params import onto_mesh_of
 from agentjax.policy.scoring import token_logprobs
 
 
@@ -60,26 +60,6 @@ def demo_nll(params, rows: dict, *, config: ModelConfig, transform=None, mesh=No
     return -masked_mean(lp, rows["loss_mask"])
 
 
-def _replicate_uncommitted(tree, like):
-    """``tree`` with its uncommitted leaves (Adam's step count) replicated over the mesh of
-    ``like``'s leaves: the step's outputs are placed there, so step 2 runs step 1's program
-    instead of compiling it again. Unchanged when ``like`` is on no mesh."""
-    mesh = next(
-        (x.sharding.mesh for x in jax.tree.leaves(like) if isinstance(x.sharding, NamedSharding)), None
-    )
-    if mesh is None:
-        return tree
-    rep = NamedSharding(mesh, PartitionSpec())
-
-    def one(x):
-        if isinstance(x.sharding, NamedSharding):
-            return x
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, rep, lambda idx: host[idx])
-
-    return jax.tree.map(one, tree)
-
-
 def sft_train(
     params,
     config: ModelConfig,
@@ -112,7 +92,7 @@ def sft_train(
             else optax.linear_schedule(0.0, learning_rate, max(steps // 20, 1))
         ),
     )
-    opt = _replicate_uncommitted(tx.init(params), params)
+    opt = onto_mesh_of(tx.init(params), params)  # Adam's count where sft_step returns it
 
     @jax.jit
     def sft_step(params, opt, batch):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from agentjax.policy.config import ModelConfig, ValueHead
 
@@ -119,3 +121,28 @@ def init_params(config: ModelConfig, rng: jax.Array):
         else:
             out.append((config.init_scale * jax.random.normal(key, shape)).astype(config.pdtype))
     return jax.tree.unflatten(treedef, out)
+
+
+def onto_mesh_of(tree, params):
+    """``tree`` with its leaves that are on no mesh (uncommitted: an optimiser's step count, a
+    sampler's fresh state) replicated over the mesh of ``params``; leaves on a mesh, or any tree
+    when ``params`` is on none, as they are.
+
+    A jitted step returns its outputs on that mesh: inputs placed there first make its first call
+    and the ones after it one compiled program (an uncommitted input compiles it a second time)."""
+    mesh = next(
+        (x.sharding.mesh for x in jax.tree.leaves(params) if isinstance(x.sharding, NamedSharding)), None
+    )
+    if mesh is None:
+        return tree
+    rep = NamedSharding(mesh, PartitionSpec())
+
+    def one(x):
+        if isinstance(x.sharding, NamedSharding):
+            return x
+        if rep.is_fully_addressable:
+            return jax.device_put(x, rep)
+        host = np.asarray(x)  # a mesh over several processes: each fills its own devices
+        return jax.make_array_from_callback(host.shape, rep, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from agentjax.policy.config import ModelConfig
 from agentjax.policy.logprobs import sampling_logits, token_logprobs_from_logits
@@ -50,6 +50,7 @@ from agentjax.policy.model import (
     unstack_cache,
     unstack_layers,
 )
+from agentjax.policy.params import onto_mesh_of
 from agentjax.sampling import noise
 
 NO_VERSION = np.iinfo(np.int32).max  # cache_version of an empty cache
@@ -156,16 +157,6 @@ def _forward_window(
         cache=cache, routes=routes, cache_version=cache_version, cached=state.cached + count
     )
     return state, logits
-
-
-def _on_params_mesh(state: SamplerState, params) -> SamplerState:
-    """A state on no mesh yet (fresh from ``init``) replicated over the mesh of ``params``, where
-    ``_extend`` returns it: the first call and the ones after it run one compiled program (an
-    uncommitted state compiled it twice). Any other state is returned as it is."""
-    where = jax.tree.leaves(params)[0].sharding
-    if not isinstance(where, NamedSharding) or isinstance(state.tokens.sharding, NamedSharding):
-        return state
-    return jax.device_put(state, NamedSharding(where.mesh, PartitionSpec()))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -287,10 +278,11 @@ class Sampler:
         ``max_seq_len`` are dropped and the row is marked FULL.
         """
         check_token_ids("Sampler.extend(tokens)", tokens, self.config.vocab_size, lengths)
+        # a fresh state (on no mesh) first goes where _extend returns states: one compiled program
         return _extend(
             self,
             params,
-            _on_params_mesh(state, params),
+            state if isinstance(state.tokens.sharding, NamedSharding) else onto_mesh_of(state, params),
             jnp.asarray(tokens, jnp.int32),
             jnp.asarray(lengths, jnp.int32),
             jnp.asarray(version, jnp.int32),
