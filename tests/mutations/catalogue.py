@@ -495,7 +495,7 @@ MUTATIONS = (
         "state if isinstance(state.tokens.sharding, NamedSharding) else onto_mesh_of(state, params),",
         "state,",
         (
-            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[data]",
+            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[shape1-29]",
         ),
     ),
     Mutation(
@@ -505,7 +505,7 @@ MUTATIONS = (
         "int(Status.STOPPED), jnp.int32)",
         "Status.STOPPED, jnp.int32)",
         (
-            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[data]",
+            "tests/sampling/test_sampler.py::test_a_fresh_state_extends_with_the_program_every_later_extend_runs[shape1-29]",
         ),
     ),
 )
